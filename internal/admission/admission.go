@@ -1,0 +1,133 @@
+// Package admission is the admission.k8s.io/v1 AdmissionReview wire format as
+// the policy server reads and writes it.
+//
+// The request is kept as raw bytes and handed to policies verbatim (compat 1.3:
+// "as received"); only the fields Warden itself needs are decoded. It imports
+// nothing from Warden.
+package admission
+
+import (
+	"encoding/json"
+	"errors"
+)
+
+// APIVersion and Kind of the AdmissionReview Warden answers with.
+const (
+	APIVersion = "admission.k8s.io/v1"
+	Kind       = "AdmissionReview"
+)
+
+// GroupVersionKind is a Kubernetes group, version and kind.
+type GroupVersionKind struct {
+	Group   string `json:"group"`
+	Version string `json:"version"`
+	Kind    string `json:"kind"`
+}
+
+// Request holds the AdmissionRequest fields Warden reads. Raw is the whole
+// request object exactly as received.
+type Request struct {
+	UID         string            `json:"uid"`
+	Kind        GroupVersionKind  `json:"kind"`
+	RequestKind *GroupVersionKind `json:"requestKind,omitempty"`
+	Name        string            `json:"name,omitempty"`
+	Namespace   string            `json:"namespace,omitempty"`
+	Operation   string            `json:"operation"`
+	Object      json.RawMessage   `json:"object,omitempty"`
+	OldObject   json.RawMessage   `json:"oldObject,omitempty"`
+
+	Raw json.RawMessage `json:"-"`
+}
+
+// ResourceKind is the kind used for metrics: requestKind.kind, or "".
+func (r *Request) ResourceKind() string {
+	if r.RequestKind == nil {
+		return ""
+	}
+	return r.RequestKind.Kind
+}
+
+// HasObject reports whether the request carries a non-null object.
+func (r *Request) HasObject() bool {
+	return len(r.Object) > 0 && string(r.Object) != "null"
+}
+
+// ErrNoRequest is returned for a review without a request object.
+var ErrNoRequest = errors.New("the AdmissionReview has no request")
+
+type reviewIn struct {
+	Request json.RawMessage `json:"request"`
+}
+
+// DecodeReview decodes an AdmissionReview body.
+func DecodeReview(body []byte) (*Request, error) {
+	var in reviewIn
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, err
+	}
+	if len(in.Request) == 0 || string(in.Request) == "null" {
+		return nil, ErrNoRequest
+	}
+	return DecodeRequest(in.Request)
+}
+
+// DecodeRequest decodes an AdmissionRequest object.
+func DecodeRequest(raw json.RawMessage) (*Request, error) {
+	var r Request
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, err
+	}
+	r.Raw = raw
+	return &r, nil
+}
+
+// Response is an AdmissionResponse.
+type Response struct {
+	UID              string            `json:"uid"`
+	Allowed          bool              `json:"allowed"`
+	PatchType        string            `json:"patchType,omitempty"`
+	Patch            []byte            `json:"patch,omitempty"` // base64 on the wire
+	Status           *Status           `json:"status,omitempty"`
+	AuditAnnotations map[string]string `json:"auditAnnotations,omitempty"`
+	Warnings         []string          `json:"warnings,omitempty"`
+}
+
+// PatchTypeJSONPatch is the only patch type Kubernetes accepts.
+const PatchTypeJSONPatch = "JSONPatch"
+
+// Status is the metav1.Status subset an AdmissionResponse carries.
+type Status struct {
+	Status  string         `json:"status,omitempty"`
+	Message string         `json:"message,omitempty"`
+	Reason  string         `json:"reason,omitempty"`
+	Details *StatusDetails `json:"details,omitempty"`
+	Code    int32          `json:"code,omitempty"`
+}
+
+// StatusDetails carries the causes of a rejection.
+type StatusDetails struct {
+	Name   string  `json:"name,omitempty"`
+	Group  string  `json:"group,omitempty"`
+	Kind   string  `json:"kind,omitempty"`
+	UID    string  `json:"uid,omitempty"`
+	Causes []Cause `json:"causes,omitempty"`
+}
+
+// Cause is one metav1.StatusCause.
+type Cause struct {
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	Field   string `json:"field,omitempty"`
+}
+
+// Review is the AdmissionReview Warden writes back.
+type Review struct {
+	APIVersion string    `json:"apiVersion"`
+	Kind       string    `json:"kind"`
+	Response   *Response `json:"response"`
+}
+
+// NewReview wraps a response in an admission.k8s.io/v1 AdmissionReview.
+func NewReview(r *Response) *Review {
+	return &Review{APIVersion: APIVersion, Kind: Kind, Response: r}
+}
