@@ -1,0 +1,26 @@
+// Package wasm runs policy modules on wazero: it compiles each distinct module
+// once, creates isolated instances, and implements the guest ABIs Kubewarden
+// policies use (waPC and the WASI command contract) plus the host side of
+// their host calls.
+//
+// It is the only package of Warden that imports wazero. It knows nothing of
+// admission semantics: callers hand it bytes and get bytes back. It must not
+// import any other Warden package.
+//
+// # Isolation and speed
+//
+// Kubewarden creates a fresh instance for every evaluation. Warden gives the
+// same guarantee more cheaply: after a waPC module has been instantiated and
+// initialised once, its linear memory is saved in a memfd and every pooled
+// instance maps it copy-on-write. After each call the instance is put back into
+// exactly the saved state: the pages the call wrote are copied back from the
+// snapshot (the kernel's page map says which ones), and every mutable global is
+// restored (the module is rewritten at load time to export them). A call that
+// traps, times out or grows memory discards its instance instead. See
+// snapshot_linux.go.
+//
+// # Limits
+//
+// Every guest call runs with a deadline (the module is closed when it passes)
+// and every instance's memory is capped by Config.MemoryLimitBytes.
+package wasm

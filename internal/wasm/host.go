@@ -1,0 +1,269 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+)
+
+// HostCaller answers the host calls of a guest. It must be safe for
+// concurrent use: one HostCaller usually serves many evaluations at once.
+type HostCaller interface {
+	HostCall(ctx context.Context, binding, namespace, operation string, payload []byte) ([]byte, error)
+}
+
+// Limits on what a guest may hand to the host in one call.
+const (
+	maxStdout = 64 << 20
+	maxStderr = 64 << 10
+)
+
+// callState is what the host functions of one guest call read and write.
+// It belongs to the goroutine running the call.
+type callState struct {
+	host HostCaller
+
+	// waPC
+	op, payload                []byte
+	guestResponse, guestError  []byte
+	hasResponse, hasError      bool
+	hostResponse, hostError    []byte
+	hasHostResponse, hasHostEr bool
+
+	// WASI: stdin is a pipe the host appends host-call answers to; reading
+	// past its end returns EOF until more is appended.
+	stdin    []byte
+	stdinPos int
+	stdout   boundedBuffer
+	stderr   boundedBuffer
+}
+
+type callKey struct{}
+
+func stateOf(ctx context.Context) *callState {
+	st, _ := ctx.Value(callKey{}).(*callState)
+	return st
+}
+
+// boundedBuffer collects output up to a limit, then refuses more.
+type boundedBuffer struct {
+	buf   []byte
+	limit int
+}
+
+var errOutputTooLarge = errors.New("guest output exceeds the limit")
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	if len(b.buf)+len(p) > b.limit {
+		return 0, errOutputTooLarge
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+// stdio routes an instance's standard streams to the call running on it.
+// wazero fixes the streams at instantiation; the call behind them changes.
+type stdio struct {
+	call *callState
+}
+
+type stdinReader struct{ s *stdio }
+type stdoutWriter struct{ s *stdio }
+type stderrWriter struct{ s *stdio }
+
+func (s *stdio) stdinReader() io.Reader  { return stdinReader{s} }
+func (s *stdio) stdoutWriter() io.Writer { return stdoutWriter{s} }
+func (s *stdio) stderrWriter() io.Writer { return stderrWriter{s} }
+
+func (r stdinReader) Read(p []byte) (int, error) {
+	st := r.s.call
+	if st == nil || st.stdinPos >= len(st.stdin) {
+		return 0, io.EOF
+	}
+	n := copy(p, st.stdin[st.stdinPos:])
+	st.stdinPos += n
+	return n, nil
+}
+
+func (w stdoutWriter) Write(p []byte) (int, error) {
+	if w.s.call == nil {
+		return len(p), nil
+	}
+	return w.s.call.stdout.Write(p)
+}
+
+func (w stderrWriter) Write(p []byte) (int, error) {
+	if w.s.call == nil {
+		return len(p), nil
+	}
+	n, err := w.s.call.stderr.Write(p)
+	if err != nil { // stderr is diagnostics: drop the excess, never fail the guest
+		return len(p), nil
+	}
+	return n, nil
+}
+
+// newCallState returns a state ready for one guest call.
+func newCallState(host HostCaller) *callState {
+	return &callState{
+		host:   host,
+		stdout: boundedBuffer{limit: maxStdout},
+		stderr: boundedBuffer{limit: maxStderr},
+	}
+}
+
+func (st *callState) stderrText() string {
+	return strings.TrimSpace(string(st.stderr.buf))
+}
+
+// Host module names and functions of the guest ABIs (compat 1.1 and 2.4).
+const (
+	wapcModule      = "wapc"
+	wasiHostModule  = "host"
+	javyHostModule  = "kubewarden:javy/host"
+	wasiHostCall    = "call"
+	wasiPreview1    = "wasi_snapshot_preview1"
+	hostCallBinding = "kubewarden"
+)
+
+var (
+	i32   = api.ValueTypeI32
+	i32x1 = []api.ValueType{i32}
+	i32x2 = []api.ValueType{i32, i32}
+	i32x8 = []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}
+)
+
+func (r *Runtime) instantiateHostModules(ctx context.Context) error {
+	if err := r.instantiateWapc(ctx); err != nil {
+		return err
+	}
+	for _, name := range []string{wasiHostModule, javyHostModule} {
+		_, err := r.rt.NewHostModuleBuilder(name).
+			NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(wasiCall), i32x8, i32x1).Export(wasiHostCall).
+			Instantiate(ctx)
+		if err != nil {
+			return err
+		}
+	}
+	b := r.rt.NewHostModuleBuilder(wasiPreview1)
+	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(b)
+	// Our proc_exit does not close the module: see exitPanic.
+	b.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(func(_ context.Context, _ api.Module, stack []uint64) {
+			panic(&exitPanic{code: api.DecodeU32(stack[0])})
+		}), i32x1, nil).
+		WithParameterNames("rval").
+		Export("proc_exit")
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+func (r *Runtime) instantiateWapc(ctx context.Context) error {
+	b := r.rt.NewHostModuleBuilder(wapcModule)
+	export := func(name string, params, results []api.ValueType, fn api.GoModuleFunc) {
+		b.NewFunctionBuilder().WithGoModuleFunction(fn, params, results).Export(name)
+	}
+	export("__guest_request", i32x2, nil, func(ctx context.Context, m api.Module, stack []uint64) {
+		st := stateOf(ctx)
+		writeGuest(m, stack[0], st.op)
+		writeGuest(m, stack[1], st.payload)
+	})
+	export("__guest_response", i32x2, nil, func(ctx context.Context, m api.Module, stack []uint64) {
+		st := stateOf(ctx)
+		st.guestResponse = readGuest(m, stack[0], stack[1])
+		st.hasResponse = true
+	})
+	export("__guest_error", i32x2, nil, func(ctx context.Context, m api.Module, stack []uint64) {
+		st := stateOf(ctx)
+		st.guestError = readGuest(m, stack[0], stack[1])
+		st.hasError = true
+	})
+	export("__host_call", i32x8, i32x1, func(ctx context.Context, m api.Module, stack []uint64) {
+		st := stateOf(ctx)
+		st.hostResponse, st.hostError = nil, nil
+		st.hasHostResponse, st.hasHostEr = false, false
+		resp, err := hostCall(ctx, st, m, stack)
+		if err != nil {
+			st.hostError, st.hasHostEr = []byte(err.Error()), true
+			stack[0] = 0
+			return
+		}
+		st.hostResponse, st.hasHostResponse = resp, true
+		stack[0] = 1
+	})
+	export("__host_response_len", nil, i32x1, func(ctx context.Context, _ api.Module, stack []uint64) {
+		stack[0] = uint64(len(stateOf(ctx).hostResponse))
+	})
+	export("__host_response", i32x1, nil, func(ctx context.Context, m api.Module, stack []uint64) {
+		writeGuest(m, stack[0], stateOf(ctx).hostResponse)
+	})
+	export("__host_error_len", nil, i32x1, func(ctx context.Context, _ api.Module, stack []uint64) {
+		stack[0] = uint64(len(stateOf(ctx).hostError))
+	})
+	export("__host_error", i32x1, nil, func(ctx context.Context, m api.Module, stack []uint64) {
+		writeGuest(m, stack[0], stateOf(ctx).hostError)
+	})
+	export("__console_log", i32x2, nil, func(ctx context.Context, m api.Module, stack []uint64) {
+		r.logger.InfoContext(ctx, "policy console output", "message", string(readGuest(m, stack[0], stack[1])))
+	})
+	_, err := b.Instantiate(ctx)
+	return err
+}
+
+// wasiCall implements host.call (compat 2.4): the same arguments as waPC's
+// __host_call, 0 on success and 1 on failure, the answer appended to stdin.
+func wasiCall(ctx context.Context, m api.Module, stack []uint64) {
+	st := stateOf(ctx)
+	resp, err := hostCall(ctx, st, m, stack)
+	if err != nil {
+		st.stdin = append(st.stdin, err.Error()...)
+		stack[0] = 1
+		return
+	}
+	st.stdin = append(st.stdin, resp...)
+	stack[0] = 0
+}
+
+// unknownBindingError is the error a guest gets for a binding other than
+// "kubewarden"; the text is Kubewarden's.
+type unknownBindingError struct{ binding string }
+
+func (e unknownBindingError) Error() string { return "unknown binding: " + e.binding }
+
+func hostCall(ctx context.Context, st *callState, m api.Module, stack []uint64) ([]byte, error) {
+	binding := string(readGuest(m, stack[0], stack[1]))
+	namespace := string(readGuest(m, stack[2], stack[3]))
+	operation := string(readGuest(m, stack[4], stack[5]))
+	payload := readGuest(m, stack[6], stack[7])
+	if binding != hostCallBinding {
+		return nil, unknownBindingError{binding}
+	}
+	if st == nil || st.host == nil {
+		return nil, errors.New("host calls are not available here")
+	}
+	return st.host.HostCall(ctx, binding, namespace, operation, payload)
+}
+
+// readGuest copies len bytes at ptr out of guest memory; out-of-range reads
+// trap the guest.
+func readGuest(m api.Module, ptr, length uint64) []byte {
+	b, ok := m.Memory().Read(api.DecodeU32(ptr), api.DecodeU32(length))
+	if !ok {
+		panic(errGuestOutOfBounds)
+	}
+	return append([]byte(nil), b...)
+}
+
+// writeGuest copies b into guest memory at ptr; out-of-range writes trap the
+// guest.
+func writeGuest(m api.Module, ptr uint64, b []byte) {
+	if !m.Memory().Write(api.DecodeU32(ptr), b) {
+		panic(errGuestOutOfBounds)
+	}
+}
+
+var errGuestOutOfBounds = errors.New("guest passed a buffer outside its memory")

@@ -1,0 +1,254 @@
+package wasm
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/sys"
+)
+
+// Config configures a Runtime. The zero value is usable.
+type Config struct {
+	// CacheDir, when set, keeps compiled machine code on disk so a restart
+	// does not compile the same modules again.
+	CacheDir string
+	// MemoryLimitBytes caps the linear memory of every instance; a guest
+	// that tries to grow beyond it sees memory.grow fail. Zero means
+	// DefaultMemoryLimitBytes.
+	MemoryLimitBytes uint64
+	// Logger receives guest console output (waPC __console_log). Nil
+	// discards it.
+	Logger *slog.Logger
+}
+
+// DefaultMemoryLimitBytes is the memory cap of an instance when
+// Config.MemoryLimitBytes is zero.
+const DefaultMemoryLimitBytes = 512 << 20
+
+const pageSize = 65536
+
+// Runtime compiles modules and runs them. It is safe for concurrent use.
+type Runtime struct {
+	rt       wazero.Runtime
+	cache    wazero.CompilationCache
+	memLimit uint64
+	logger   *slog.Logger
+
+	mu       sync.Mutex
+	compiled map[string]*compileEntry // by digest of the original bytes
+}
+
+type compileEntry struct {
+	done chan struct{}
+	mod  *Module
+	err  error
+}
+
+// NewRuntime creates a runtime and instantiates the host modules guests
+// import: wapc, host, kubewarden:javy/host and wasi_snapshot_preview1.
+func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
+	limit := cfg.MemoryLimitBytes
+	if limit == 0 {
+		limit = DefaultMemoryLimitBytes
+	}
+	pages := limit / pageSize
+	if pages == 0 || pages > 65536 {
+		return nil, fmt.Errorf("memory limit %d bytes is outside 64 KiB..4 GiB", limit)
+	}
+	rc := wazero.NewRuntimeConfigCompiler().
+		WithCloseOnContextDone(true).
+		WithMemoryLimitPages(uint32(pages)).
+		WithCustomSections(false)
+	var cache wazero.CompilationCache
+	if cfg.CacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("opening compilation cache %q: %w", cfg.CacheDir, err)
+		}
+		cache = c
+		rc = rc.WithCompilationCache(c)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Runtime{
+		rt:       wazero.NewRuntimeWithConfig(ctx, rc),
+		cache:    cache,
+		memLimit: pages * pageSize,
+		logger:   logger,
+		compiled: map[string]*compileEntry{},
+	}
+	if err := r.instantiateHostModules(ctx); err != nil {
+		_ = r.rt.Close(ctx)
+		return nil, err
+	}
+	return r, nil
+}
+
+// Close releases every module and instance of the runtime.
+func (r *Runtime) Close(ctx context.Context) error {
+	err := r.rt.Close(ctx)
+	if r.cache != nil {
+		err = errors.Join(err, r.cache.Close(ctx))
+	}
+	return err
+}
+
+// Module is a compiled policy module. It is safe for concurrent use and
+// shared by every policy that uses the same bytes.
+type Module struct {
+	// Digest is the hex sha256 of the module as given to Compile.
+	Digest string
+
+	compiled wazero.CompiledModule
+	exports  map[string]bool
+	// globals names the exports added for mutable globals; snapshot is false
+	// when the module has globals that cannot be saved and restored.
+	globals  []string
+	snapshot bool
+}
+
+// Exports reports whether the module exports a function with that name.
+func (m *Module) Exports(name string) bool { return m.exports[name] }
+
+// Compile compiles module, or returns the module compiled earlier from the
+// same bytes. Concurrent calls for the same bytes compile once.
+func (r *Runtime) Compile(ctx context.Context, module []byte) (*Module, error) {
+	sum := sha256.Sum256(module)
+	digest := hex.EncodeToString(sum[:])
+
+	r.mu.Lock()
+	e, ok := r.compiled[digest]
+	if !ok {
+		e = &compileEntry{done: make(chan struct{})}
+		r.compiled[digest] = e
+	}
+	r.mu.Unlock()
+	if ok {
+		select {
+		case <-e.done:
+			return e.mod, e.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+
+	e.mod, e.err = r.compile(ctx, module, digest)
+	if e.err != nil {
+		r.mu.Lock()
+		delete(r.compiled, digest) // let a later attempt try again
+		r.mu.Unlock()
+	}
+	close(e.done)
+	return e.mod, e.err
+}
+
+func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*Module, error) {
+	rewritten, globals, snapshot, err := exportMutableGlobals(module)
+	if err != nil {
+		return nil, fmt.Errorf("reading module: %w", err)
+	}
+	cm, err := r.rt.CompileModule(ctx, rewritten)
+	if err != nil {
+		return nil, fmt.Errorf("compiling module: %w", err)
+	}
+	exports := map[string]bool{}
+	for name := range cm.ExportedFunctions() {
+		exports[name] = true
+	}
+	return &Module{Digest: digest, compiled: cm, exports: exports, globals: globals, snapshot: snapshot}, nil
+}
+
+// ErrDeadlineExceeded is returned when a guest call runs past its deadline.
+// The text is the one wapc-rs uses for an epoch interruption.
+var ErrDeadlineExceeded = errors.New("guest code interrupted, execution deadline exceeded")
+
+// ExitError reports a guest that called proc_exit with a non-zero code.
+type ExitError struct {
+	Code   uint32
+	Stderr string // what the guest wrote on stderr, trimmed
+}
+
+func (e *ExitError) Error() string {
+	if e.Stderr != "" {
+		return fmt.Sprintf("guest exited with code %d: %s", e.Code, e.Stderr)
+	}
+	return fmt.Sprintf("guest exited with code %d", e.Code)
+}
+
+// exitPanic is what our proc_exit panics with. Unlike wazero's own proc_exit
+// it does not close the module, so an init function that exits with 0 (TinyGo
+// `_start`) leaves a usable instance.
+type exitPanic struct{ code uint32 }
+
+func (e *exitPanic) Error() string { return fmt.Sprintf("proc_exit(%d)", e.code) }
+
+// callError turns an error from a guest call into one of the package's errors.
+func callError(ctx context.Context, err error, stderr string) error {
+	if err == nil {
+		return nil
+	}
+	var exit *exitPanic
+	if errors.As(err, &exit) {
+		return &ExitError{Code: exit.code, Stderr: stderr}
+	}
+	var sysExit *sys.ExitError
+	if errors.As(err, &sysExit) {
+		if sysExit.ExitCode() == sys.ExitCodeDeadlineExceeded || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return ErrDeadlineExceeded
+		}
+		return &ExitError{Code: sysExit.ExitCode(), Stderr: stderr}
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return ErrDeadlineExceeded
+	}
+	return &TrapError{Stderr: stderr, err: err}
+}
+
+// TrapError reports a guest call that failed inside the guest: a trap, or a
+// host function that refused the guest's arguments.
+type TrapError struct {
+	Stderr string // what the guest wrote on stderr, trimmed
+	err    error
+}
+
+// Error returns the first line of the failure (wazero appends the wasm stack
+// trace; Unwrap keeps it) and the guest's stderr.
+func (e *TrapError) Error() string {
+	msg := e.err.Error()
+	if i := strings.Index(msg, "\nwasm stack trace:"); i >= 0 {
+		msg = msg[:i]
+	}
+	if e.Stderr != "" {
+		msg += " (guest stderr: " + e.Stderr + ")"
+	}
+	return msg
+}
+
+// Unwrap returns the full error.
+func (e *TrapError) Unwrap() error { return e.err }
+
+// moduleConfig is the configuration of every guest instance: no arguments,
+// no environment, no files, real clocks and randomness, and stdio wired to
+// the instance's sink.
+func moduleConfig(sink *stdio, args ...string) wazero.ModuleConfig {
+	return wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions().
+		WithArgs(args...).
+		WithStdin(sink.stdinReader()).
+		WithStdout(sink.stdoutWriter()).
+		WithStderr(sink.stderrWriter()).
+		WithSysWalltime().
+		WithSysNanotime().
+		WithRandSource(rand.Reader)
+}

@@ -1,0 +1,279 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+// Wapc runs calls into one waPC module (compat 1.1), each on an instance in
+// the state the module had right after initialisation. It is safe for
+// concurrent use; each call gets an instance of its own.
+type Wapc struct {
+	r   *Runtime
+	mod *Module
+
+	// Set once the first instance has been initialised. Without a snapshot
+	// (the module's globals cannot be saved) every call initialises a new
+	// instance.
+	snap    *memSnapshot
+	pages   uint32   // memory size at the snapshot, in wasm pages
+	globals []uint64 // values of mod.globals at the snapshot
+
+	mu      sync.Mutex
+	idle    []*instance
+	maxIdle int
+	closed  bool
+}
+
+// instance is one wazero module instance with the memory it runs on. It is
+// used by one goroutine at a time.
+type instance struct {
+	mod     api.Module
+	mem     *linearMemory
+	sink    *stdio
+	call    api.Function // __guest_call
+	globals []api.MutableGlobal
+}
+
+func (in *instance) close(ctx context.Context) {
+	_ = in.mod.Close(ctx)
+}
+
+// Init functions run after instantiation, in this order, when exported:
+// Go reactors export _initialize, TinyGo modules _start, waPC guests
+// wapc_init.
+var wapcInitFunctions = []string{"_initialize", "_start", "wapc_init"}
+
+// NewWapc prepares module for waPC calls: it instantiates and initialises it
+// once (under ctx's deadline) and keeps that state as the snapshot every
+// call starts from. maxIdle bounds the instances kept between calls.
+func (r *Runtime) NewWapc(ctx context.Context, m *Module, maxIdle int) (*Wapc, error) {
+	if !m.Exports("__guest_call") {
+		return nil, errors.New("the module does not export __guest_call: it is not a waPC module")
+	}
+	w := &Wapc{r: r, mod: m, maxIdle: max(maxIdle, 1)}
+	in, err := w.instantiate(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.initialise(ctx, in); err != nil {
+		in.close(ctx)
+		return nil, err
+	}
+	if m.snapshot && in.mem != nil {
+		size := in.mod.Memory().Size()
+		snap, err := takeSnapshot(in.mem, int(size))
+		if err != nil {
+			in.close(ctx)
+			return nil, err
+		}
+		w.snap, w.pages = snap, size/pageSize
+		w.globals = make([]uint64, len(in.globals))
+		for i, g := range in.globals {
+			w.globals[i] = g.Get()
+		}
+		w.idle = append(w.idle, in)
+	} else {
+		in.close(ctx)
+	}
+	return w, nil
+}
+
+// instantiate creates an instance on memory of our own (a copy-on-write
+// mapping of snap when given).
+func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, error) {
+	var mem *linearMemory
+	var memErr error
+	alloc := experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
+		mem, memErr = newLinearMemory(max, snap)
+		if memErr != nil {
+			panic(memErr)
+		}
+		return mem
+	})
+	sink := &stdio{}
+	st := newCallState(nil)
+	sink.call = st
+	ictx := context.WithValue(experimental.WithMemoryAllocator(ctx, alloc), callKey{}, st)
+	mod, err := w.r.rt.InstantiateModule(ictx, w.mod.compiled, moduleConfig(sink))
+	sink.call = nil
+	if err != nil {
+		if memErr != nil {
+			return nil, memErr
+		}
+		return nil, fmt.Errorf("instantiating module: %w", callError(ctx, err, st.stderrText()))
+	}
+	if mod.Memory() == nil {
+		_ = mod.Close(ctx)
+		return nil, errors.New("the module has no memory")
+	}
+	in := &instance{mod: mod, mem: mem, sink: sink, call: mod.ExportedFunction("__guest_call")}
+	for _, name := range w.mod.globals {
+		g, ok := mod.ExportedGlobal(name).(api.MutableGlobal)
+		if !ok {
+			_ = mod.Close(ctx)
+			return nil, fmt.Errorf("global export %s is missing", name)
+		}
+		in.globals = append(in.globals, g)
+	}
+	return in, nil
+}
+
+// initialise runs the module's init functions. proc_exit(0) from one of them
+// is not an error (TinyGo's _start ends that way).
+func (w *Wapc) initialise(ctx context.Context, in *instance) error {
+	st := newCallState(nil)
+	in.sink.call = st
+	defer func() { in.sink.call = nil }()
+	cctx := context.WithValue(ctx, callKey{}, st)
+	for _, name := range wapcInitFunctions {
+		fn := in.mod.ExportedFunction(name)
+		if fn == nil {
+			continue
+		}
+		if _, err := fn.Call(cctx); err != nil {
+			var exit *exitPanic
+			if errors.As(err, &exit) && exit.code == 0 {
+				continue
+			}
+			return fmt.Errorf("initialising module (%s): %w", name, callError(ctx, err, st.stderrText()))
+		}
+	}
+	return nil
+}
+
+// get returns an instance in the snapshot state.
+func (w *Wapc) get(ctx context.Context) (*instance, error) {
+	w.mu.Lock()
+	if n := len(w.idle); n > 0 {
+		in := w.idle[n-1]
+		w.idle = w.idle[:n-1]
+		w.mu.Unlock()
+		return in, nil
+	}
+	w.mu.Unlock()
+
+	in, err := w.instantiate(ctx, w.snap)
+	if err != nil {
+		return nil, err
+	}
+	if w.snap == nil {
+		if err := w.initialise(ctx, in); err != nil {
+			in.close(ctx)
+			return nil, err
+		}
+		return in, nil
+	}
+	// Instantiation wrote the data segments and ran any start section;
+	// the snapshot replaces all of that.
+	mem := in.mod.Memory()
+	if size := mem.Size() / pageSize; size < w.pages {
+		if _, ok := mem.Grow(w.pages - size); !ok {
+			in.close(ctx)
+			return nil, errors.New("cannot grow a new instance's memory to the snapshot size")
+		}
+	}
+	if err := w.restore(in); err != nil {
+		in.close(ctx)
+		return nil, err
+	}
+	return in, nil
+}
+
+func (w *Wapc) restore(in *instance) error {
+	if err := in.mem.reset(); err != nil {
+		return err
+	}
+	for i, g := range in.globals {
+		g.Set(w.globals[i])
+	}
+	return nil
+}
+
+// put resets a used instance and keeps it, or closes it when it cannot be
+// reset exactly (its memory grew) or enough instances are idle.
+func (w *Wapc) put(ctx context.Context, in *instance) {
+	if w.snap == nil || in.mod.Memory().Size() != w.pages*pageSize || w.restore(in) != nil {
+		in.close(ctx)
+		return
+	}
+	w.mu.Lock()
+	if w.closed || len(w.idle) >= w.maxIdle {
+		w.mu.Unlock()
+		in.close(ctx)
+		return
+	}
+	w.idle = append(w.idle, in)
+	w.mu.Unlock()
+}
+
+// Close releases the idle instances and the snapshot. Calls in flight
+// finish; their instances are then closed.
+func (w *Wapc) Close(ctx context.Context) {
+	w.mu.Lock()
+	idle := w.idle
+	w.idle, w.closed = nil, true
+	w.mu.Unlock()
+	for _, in := range idle {
+		in.close(ctx)
+	}
+	// The snapshot's mappings stay valid for instances still in flight:
+	// the kernel keeps the memfd alive while any mapping of it exists.
+	if w.snap != nil {
+		w.snap.release()
+	}
+}
+
+// Call runs the waPC operation op with payload and returns the guest's
+// response. host answers the guest's host calls. The call is bounded by ctx:
+// past its deadline the instance is stopped and ErrDeadlineExceeded returned.
+func (w *Wapc) Call(ctx context.Context, host HostCaller, op string, payload []byte) ([]byte, error) {
+	in, err := w.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := newCallState(host)
+	st.op, st.payload = []byte(op), payload
+	in.sink.call = st
+	res, err := in.call.Call(context.WithValue(ctx, callKey{}, st), uint64(len(op)), uint64(len(payload)))
+	in.sink.call = nil
+	if err != nil {
+		in.close(ctx)
+		err = callError(ctx, err, st.stderrText())
+		if errors.Is(err, ErrDeadlineExceeded) {
+			return nil, err
+		}
+		return nil, &GuestCallError{Msg: err.Error(), err: err}
+	}
+	w.put(ctx, in)
+	if res[0] == 1 {
+		if st.hasResponse {
+			return st.guestResponse, nil
+		}
+		if st.hasError {
+			return nil, &GuestCallError{Msg: string(st.guestError)}
+		}
+		return nil, &GuestCallError{Msg: "No error message OR response set for call success"}
+	}
+	if st.hasError {
+		return nil, &GuestCallError{Msg: string(st.guestError)}
+	}
+	return nil, &GuestCallError{Msg: "No error message set for call failure"}
+}
+
+// GuestCallError is a waPC call that failed: the guest reported an error or
+// trapped. Its text is wapc-rs's, which Kubewarden users see.
+type GuestCallError struct {
+	Msg string
+	err error
+}
+
+func (e *GuestCallError) Error() string { return "Guest call failure: " + e.Msg }
+
+// Unwrap returns the trap or exit error behind the failure, if any.
+func (e *GuestCallError) Unwrap() error { return e.err }
