@@ -1,0 +1,15 @@
+// Package certwatch serves a TLS certificate that follows its files: the
+// policy server's serving certificate and key, and the optional client CAs
+// that turn on mutual TLS (compat 3.1 --cert-file, --key-file,
+// --client-ca-file; 3.9).
+//
+// The files are reloaded when they change, without a restart and without
+// dropping connections: the directories holding them are watched, which works
+// for plain rewrites as well as for the symlink swap Kubernetes performs when a
+// mounted Secret changes, and a periodic re-check catches anything the
+// watch missed. A pair that does not load (half written, or a key that does
+// not match the certificate) never replaces one that does.
+//
+// It imports only internal/observability from Warden (for the log keys) and
+// must not import anything that serves requests.
+package certwatch

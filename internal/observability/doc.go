@@ -1,0 +1,9 @@
+// Package observability defines what the policy server tells the outside world
+// about itself: the log keys used across Warden, the slog logger built from
+// Kubewarden's --log-level and --log-fmt values, and the policy evaluation
+// metrics (Kubewarden's names and attributes, compat section 4), exported on a
+// Prometheus /metrics endpoint and, optionally, pushed over OTLP/gRPC.
+//
+// It is a leaf package: it must not import any other Warden package, nor
+// Kubernetes or wazero packages, so that every other package can import it.
+package observability

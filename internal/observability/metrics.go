@@ -1,0 +1,293 @@
+package observability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/otlptranslator"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+)
+
+// Names of the meter and instruments, as Kubewarden's policy-server defines
+// them (compat 4). On the Prometheus endpoint they appear verbatim:
+// MetricEvaluationsTotal as a counter, MetricEvaluationLatency as a histogram
+// with _bucket, _sum and _count series.
+const (
+	MeterName               = "kubewarden"
+	MetricEvaluationsTotal  = "kubewarden_policy_evaluations_total"
+	MetricEvaluationLatency = "kubewarden_policy_evaluation_latency_milliseconds"
+)
+
+// DefaultServiceName is the OTLP resource's service.name unless
+// [MetricsOptions].ServiceName or OTEL_SERVICE_NAME says otherwise; it is the
+// service name of Kubewarden's policy-server traces (its metrics set none).
+const DefaultServiceName = "kubewarden-policy-server"
+
+// Values of [Evaluation].PolicyMode and [Evaluation].Origin.
+const (
+	ModeProtect    = "protect"
+	ModeMonitor    = "monitor"
+	OriginValidate = "validate"
+	OriginAudit    = "audit"
+)
+
+// Attribute keys, Kubewarden's (compat 4).
+const (
+	attrPolicyName          = "policy_name"
+	attrPolicyMode          = "policy_mode"
+	attrResourceKind        = "resource_kind"
+	attrResourceOperation   = "resource_request_operation"
+	attrAccepted            = "accepted"
+	attrMutated             = "mutated"
+	attrRequestOrigin       = "request_origin"
+	attrResourceNamespace   = "resource_namespace"
+	attrErrorCode           = "error_code"
+	attrInitializationError = "initialization_error"
+)
+
+// latencyBuckets are the explicit bucket boundaries, in milliseconds, of the
+// latency histogram: from sub-millisecond to ten seconds, which covers native
+// CEL evaluations as well as slow wasm policies up to well past the default
+// policy timeout (2 s).
+var latencyBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
+
+// Evaluation describes one policy evaluation, as the metrics see it.
+type Evaluation struct {
+	// PolicyName is the policy id, or "group/member" for a member of a policy group.
+	PolicyName string
+	// PolicyMode is [ModeProtect] or [ModeMonitor].
+	PolicyMode string
+	// ResourceKind is the request's requestKind.kind ("" if absent).
+	ResourceKind string
+	// Operation is the request's operation (CREATE, UPDATE, DELETE, CONNECT).
+	Operation string
+	// Namespace is the request's namespace; "" (cluster-scoped) omits the attribute.
+	Namespace string
+	// Origin is [OriginValidate] or [OriginAudit].
+	Origin string
+	// Accepted and Mutated describe the response.
+	Accepted, Mutated bool
+	// ErrorCode is the response status code; 0 omits the attribute.
+	ErrorCode int32
+	// Raw marks a raw (/validate_raw) request: only policy_name, policy_mode,
+	// accepted, mutated and error_code are recorded.
+	Raw bool
+}
+
+// MetricsOptions configures [NewMetrics]. The zero value serves the Prometheus
+// endpoint only.
+type MetricsOptions struct {
+	// OTLP turns on the OTLP/gRPC push, configured by the standard
+	// OTEL_EXPORTER_OTLP_* environment variables (endpoint, certificates,
+	// headers, ...; default endpoint localhost:4317), as with Kubewarden's
+	// --enable-metrics.
+	OTLP bool
+	// OTLPEndpoint, when not empty, turns on the OTLP push and overrides the
+	// endpoint from the environment: host:port (TLS unless
+	// OTEL_EXPORTER_OTLP_INSECURE=true) or a URL (http:// means no TLS).
+	OTLPEndpoint string
+	// OTLPInterval is the push period; 0 means OTEL_METRIC_EXPORT_INTERVAL or
+	// the SDK default (60s).
+	OTLPInterval time.Duration
+	// ServiceName is the OTLP resource's service.name; "" means
+	// [DefaultServiceName]. OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+	// override it. The Prometheus endpoint does not show the resource.
+	ServiceName string
+	// CardinalityLimit caps the number of attribute sets (series) kept per
+	// instrument; past it, new sets are aggregated in one series labelled
+	// otel_metric_overflow="true". 0 means the SDK default: 2000, or
+	// OTEL_GO_X_CARDINALITY_LIMIT; a negative value means no limit.
+	CardinalityLimit int
+}
+
+// Metrics records policy evaluations. Its methods are safe for concurrent use.
+// A nil *Metrics records nothing, so callers need no check when metrics are
+// disabled.
+type Metrics struct {
+	provider    *sdkmetric.MeterProvider
+	registry    *prometheus.Registry
+	evaluations metric.Int64Counter
+	latency     metric.Float64Histogram
+}
+
+// NewMetrics builds the meter provider, its Prometheus reader (served by
+// [Metrics.Handler]) and, when opts asks for it, its OTLP/gRPC periodic reader.
+// Call [Metrics.Shutdown] to flush and stop the OTLP push.
+func NewMetrics(ctx context.Context, opts MetricsOptions) (*Metrics, error) {
+	registry := prometheus.NewRegistry()
+	promReader, err := otelprom.New(
+		otelprom.WithRegisterer(registry),
+		// Names verbatim: Kubewarden's instrument names already end in _total
+		// and _milliseconds, the names its dashboard queries.
+		otelprom.WithTranslationStrategy(otlptranslator.UnderscoreEscapingWithoutSuffixes),
+		otelprom.WithoutScopeInfo(),
+		otelprom.WithoutTargetInfo(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("creating prometheus exporter: %w", err)
+	}
+
+	serviceName := opts.ServiceName
+	if serviceName == "" {
+		serviceName = DefaultServiceName
+	}
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", serviceName)),
+		resource.WithFromEnv(), // later detectors win: the environment overrides
+	)
+	if err != nil {
+		return nil, fmt.Errorf("creating metrics resource: %w", err)
+	}
+
+	providerOpts := []sdkmetric.Option{
+		sdkmetric.WithResource(res),
+		sdkmetric.WithReader(promReader),
+	}
+	switch limit := opts.CardinalityLimit; {
+	case limit > 0:
+		providerOpts = append(providerOpts, sdkmetric.WithCardinalityLimit(limit))
+	case limit < 0:
+		providerOpts = append(providerOpts, sdkmetric.WithCardinalityLimit(0)) // 0: none
+	}
+	if opts.OTLP || opts.OTLPEndpoint != "" {
+		exporter, err := newOTLPExporter(ctx, opts.OTLPEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		var readerOpts []sdkmetric.PeriodicReaderOption
+		if opts.OTLPInterval > 0 {
+			readerOpts = append(readerOpts, sdkmetric.WithInterval(opts.OTLPInterval))
+		}
+		providerOpts = append(providerOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exporter, readerOpts...)))
+	}
+	provider := sdkmetric.NewMeterProvider(providerOpts...)
+
+	m, err := newInstruments(provider)
+	if err != nil {
+		return nil, errors.Join(err, provider.Shutdown(ctx))
+	}
+	m.registry = registry
+	return m, nil
+}
+
+func newOTLPExporter(ctx context.Context, endpoint string) (sdkmetric.Exporter, error) {
+	var opts []otlpmetricgrpc.Option
+	switch {
+	case strings.Contains(endpoint, "://"):
+		// WithEndpointURL ignores a URL it cannot parse: check it here.
+		if u, err := url.Parse(endpoint); err != nil || u.Host == "" {
+			return nil, fmt.Errorf("invalid otlp endpoint %q: want host:port or a URL such as http://host:4317", endpoint)
+		}
+		opts = append(opts, otlpmetricgrpc.WithEndpointURL(endpoint))
+	case endpoint != "":
+		opts = append(opts, otlpmetricgrpc.WithEndpoint(endpoint))
+	}
+	exporter, err := otlpmetricgrpc.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("creating otlp metric exporter: %w", err)
+	}
+	return exporter, nil
+}
+
+func newInstruments(provider *sdkmetric.MeterProvider) (*Metrics, error) {
+	meter := provider.Meter(MeterName)
+	evaluations, err := meter.Int64Counter(MetricEvaluationsTotal,
+		metric.WithDescription("Number of policy evaluations."))
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", MetricEvaluationsTotal, err)
+	}
+	latency, err := meter.Float64Histogram(MetricEvaluationLatency,
+		metric.WithDescription("Policy evaluation latency in milliseconds."),
+		metric.WithUnit("ms"),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", MetricEvaluationLatency, err)
+	}
+	return &Metrics{provider: provider, evaluations: evaluations, latency: latency}, nil
+}
+
+// RecordEvaluation counts one evaluation and records its latency, in buckets
+// bounded at 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500,
+// 5000 and 10000 ms.
+//
+// The latency is recorded in float64 milliseconds, so sub-millisecond
+// evaluations keep their precision; Kubewarden records whole milliseconds (a
+// u64, truncated), so its _sum is lower and its fastest evaluations all fall
+// in the first bucket as 0.
+func (m *Metrics) RecordEvaluation(ctx context.Context, e Evaluation, latency time.Duration) {
+	if m == nil {
+		return
+	}
+	// At most 9 attributes: the array stays on the stack; one Set (a sorted
+	// copy, 512 bytes) is built and shared by both instruments.
+	var buf [9]attribute.KeyValue
+	kvs := append(buf[:0],
+		attribute.String(attrPolicyName, e.PolicyName),
+		attribute.String(attrPolicyMode, e.PolicyMode),
+		attribute.Bool(attrAccepted, e.Accepted),
+		attribute.Bool(attrMutated, e.Mutated),
+	)
+	if !e.Raw {
+		kvs = append(kvs,
+			attribute.String(attrResourceKind, e.ResourceKind),
+			attribute.String(attrResourceOperation, e.Operation),
+			attribute.String(attrRequestOrigin, e.Origin),
+		)
+		if e.Namespace != "" {
+			kvs = append(kvs, attribute.String(attrResourceNamespace, e.Namespace))
+		}
+	}
+	if e.ErrorCode != 0 {
+		kvs = append(kvs, attribute.Int64(attrErrorCode, int64(e.ErrorCode)))
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
+	m.evaluations.Add(ctx, 1, opt)
+	m.latency.Record(ctx, float64(latency)/float64(time.Millisecond), opt)
+}
+
+// RecordInitializationError counts a policy that failed to initialize, as
+// Kubewarden does: on the evaluations counter only, with the attributes
+// policy_name and initialization_error (the error text).
+func (m *Metrics) RecordInitializationError(ctx context.Context, policyName, err string) {
+	if m == nil {
+		return
+	}
+	m.evaluations.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(
+		attribute.String(attrPolicyName, policyName),
+		attribute.String(attrInitializationError, err),
+	)))
+}
+
+// Handler serves the metrics in the Prometheus text format. On a nil
+// *Metrics it answers 404.
+func (m *Metrics) Handler() http.Handler {
+	if m == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// Shutdown pushes what the OTLP reader has not sent yet and stops the
+// readers; the Prometheus handler then serves no metrics. Later records are
+// dropped. It returns when ctx is done at the latest.
+func (m *Metrics) Shutdown(ctx context.Context) error {
+	if m == nil {
+		return nil
+	}
+	if err := m.provider.Shutdown(ctx); err != nil {
+		return fmt.Errorf("shutting down metrics: %w", err)
+	}
+	return nil
+}
