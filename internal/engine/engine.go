@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/observability"
+	"github.com/wardenhq/warden/internal/wasm"
+)
+
+// Origin says why a request is evaluated: admission (validate, with the
+// protect/monitor post-processing) or audit (the policy's raw answer).
+type Origin string
+
+// Request origins, as they appear in the request_origin metric attribute.
+const (
+	OriginValidate Origin = "validate"
+	OriginAudit    Origin = "audit"
+)
+
+// Recorder receives one record per evaluation. *observability.Metrics
+// implements it.
+type Recorder interface {
+	RecordEvaluation(ctx context.Context, e observability.Evaluation, latency time.Duration)
+	RecordInitializationError(ctx context.Context, policyName, err string)
+}
+
+// PolicyNotFoundError is returned for a policy id the engine does not have.
+type PolicyNotFoundError struct{ ID string }
+
+func (e *PolicyNotFoundError) Error() string { return "unknown policy: " + e.ID }
+
+// Engine evaluates requests with a fixed set of loaded policies. It is
+// immutable once loaded and safe for concurrent use.
+type Engine struct {
+	policies              map[string]*Policy
+	alwaysAcceptNamespace string
+	recorder              Recorder
+	logger                *slog.Logger
+	slots                 chan struct{} // bounds guest calls in flight, see Options.Workers
+	runners               []runner
+}
+
+// Policy is one loaded policy.
+type Policy struct {
+	ID              string
+	Mode            string
+	AllowedToMutate bool
+	Message         string
+	Metadata        *metadata.Metadata
+
+	settings json.RawMessage
+	timeout  time.Duration // zero: none
+	run      runner
+	host     *hostCalls
+	inflight chan struct{} // bounds this policy's share of the slots
+
+	// initErr is set when the policy failed to load and the engine was
+	// built with ContinueOnErrors: every request is rejected with it.
+	initErr error
+}
+
+// Policy returns the loaded policy with that id.
+func (e *Engine) Policy(id string) (*Policy, bool) {
+	p, ok := e.policies[id]
+	return p, ok
+}
+
+// PolicyIDs returns the ids of the loaded policies, sorted.
+func (e *Engine) PolicyIDs() []string { return sortedKeys(e.policies) }
+
+// Close releases the policies' instances.
+func (e *Engine) Close(ctx context.Context) {
+	for _, r := range e.runners {
+		r.close(ctx)
+	}
+}
+
+// Validate evaluates an admission request with a policy. A rejection is a
+// response; an error means the request could not be evaluated (unknown
+// policy: *PolicyNotFoundError).
+func (e *Engine) Validate(ctx context.Context, policyID string, req *admission.Request, origin Origin) (*admission.Response, error) {
+	start := time.Now()
+	p, ok := e.policies[policyID]
+	if !ok {
+		return nil, &PolicyNotFoundError{ID: policyID}
+	}
+	rec := observability.Evaluation{
+		PolicyName:   policyID,
+		PolicyMode:   p.Mode,
+		ResourceKind: req.ResourceKind(),
+		Operation:    req.Operation,
+		Namespace:    req.Namespace,
+		Origin:       string(origin),
+	}
+	if e.alwaysAcceptNamespace != "" && req.Namespace == e.alwaysAcceptNamespace {
+		rec.Accepted = true
+		e.recorder.RecordEvaluation(ctx, rec, time.Since(start))
+		return &admission.Response{UID: req.UID, Allowed: true}, nil
+	}
+	if p.initErr != nil {
+		e.recorder.RecordInitializationError(ctx, policyID, p.initErr.Error())
+		return reject(req.UID, p.initErr.Error(), 500), nil
+	}
+	base := req.Object
+	if !req.HasObject() {
+		base = nil
+	}
+	resp, mutatedObject := e.evaluate(ctx, p, req.UID, req.Raw, base)
+	rec.Accepted, rec.Mutated = resp.Allowed, resp.Patch != nil
+	if resp.Status != nil {
+		rec.ErrorCode = resp.Status.Code
+	}
+	if origin == OriginValidate {
+		resp = e.postProcess(ctx, p, resp, mutatedObject)
+	}
+	e.recorder.RecordEvaluation(ctx, rec, time.Since(start))
+	return resp, nil
+}
+
+// ValidateRaw evaluates a raw request (compat 2.5): any JSON value, handed to
+// the policy as its request; a mutation is diffed against the whole request.
+func (e *Engine) ValidateRaw(ctx context.Context, policyID string, raw json.RawMessage) (*admission.Response, error) {
+	start := time.Now()
+	p, ok := e.policies[policyID]
+	if !ok {
+		return nil, &PolicyNotFoundError{ID: policyID}
+	}
+	var withUID struct {
+		UID string `json:"uid"`
+	}
+	_ = json.Unmarshal(raw, &withUID) // the uid is optional; any JSON value is a valid raw request
+	rec := observability.Evaluation{PolicyName: policyID, PolicyMode: p.Mode, Raw: true}
+	if p.initErr != nil {
+		e.recorder.RecordInitializationError(ctx, policyID, p.initErr.Error())
+		return reject(withUID.UID, p.initErr.Error(), 500), nil
+	}
+	resp, mutatedObject := e.evaluate(ctx, p, withUID.UID, raw, raw)
+	rec.Accepted, rec.Mutated = resp.Allowed, resp.Patch != nil
+	if resp.Status != nil {
+		rec.ErrorCode = resp.Status.Code
+	}
+	resp = e.postProcess(ctx, p, resp, mutatedObject)
+	e.recorder.RecordEvaluation(ctx, rec, time.Since(start))
+	return resp, nil
+}
+
+// evaluate runs the policy and converts its answer; failures become
+// rejections with code 500, as in Kubewarden. It also returns the mutated
+// object, for the monitor-mode log.
+func (e *Engine) evaluate(ctx context.Context, p *Policy, uid string, request, base json.RawMessage) (*admission.Response, json.RawMessage) {
+	release, err := e.acquire(ctx, p)
+	if err != nil {
+		return internalError(uid, err.Error()), nil
+	}
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if p.timeout > 0 {
+		cctx, cancel = context.WithTimeout(ctx, p.timeout)
+	}
+	vr, err := p.run.validate(cctx, p.host, validationInput(request, p.settings))
+	cancel()
+	release()
+	if err != nil {
+		if errors.Is(err, wasm.ErrDeadlineExceeded) {
+			e.logger.ErrorContext(ctx, "policy evaluation exceeded its time limit",
+				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid)
+			return reject(uid, msgTimeout, 500), nil
+		}
+		e.logger.ErrorContext(ctx, "policy evaluation failed",
+			observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, observability.KeyError, err)
+		return internalError(uid, err.Error()), nil
+	}
+	resp, err := toAdmissionResponse(uid, base, vr)
+	if err != nil {
+		return internalError(uid, err.Error()), nil
+	}
+	return resp, vr.MutatedObject
+}
+
+// acquire takes a slot for a guest call: one of the policy's and one of the
+// engine's. It waits while they are all taken, until ctx is done.
+func (e *Engine) acquire(ctx context.Context, p *Policy) (release func(), err error) {
+	select {
+	case p.inflight <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case e.slots <- struct{}{}:
+	case <-ctx.Done():
+		<-p.inflight
+		return nil, ctx.Err()
+	}
+	return func() { <-e.slots; <-p.inflight }, nil
+}
+
+// postProcess applies monitor mode, the mutation gate and the custom
+// rejection message, in Kubewarden's order (compat 3.4).
+func (e *Engine) postProcess(ctx context.Context, p *Policy, resp *admission.Response, mutatedObject json.RawMessage) *admission.Response {
+	if p.Mode == ModeMonitor {
+		attrs := []any{
+			observability.KeyPolicyID, p.ID,
+			observability.KeyRequestUID, resp.UID,
+			observability.KeyAllowed, resp.Allowed,
+			observability.KeyMutated, resp.Patch != nil,
+			"allowed_to_mutate", p.AllowedToMutate,
+		}
+		if resp.Status != nil {
+			attrs = append(attrs, observability.KeyMessage, resp.Status.Message, observability.KeyCode, resp.Status.Code)
+		}
+		if resp.Patch != nil {
+			attrs = append(attrs, "patch", string(resp.Patch), "mutated_object", string(mutatedObject))
+		}
+		e.logger.InfoContext(ctx, "policy evaluation (monitor mode)", attrs...)
+		out := *resp
+		out.Allowed, out.Patch, out.PatchType, out.Status = true, nil, "", nil
+		return &out
+	}
+	if !p.AllowedToMutate && resp.Patch != nil {
+		out := *resp
+		out.Allowed, out.Patch, out.PatchType = false, nil, ""
+		out.Status = &admission.Status{Message: fmt.Sprintf(fmtNotAllowedMut, p.ID)}
+		resp = &out
+	}
+	if !resp.Allowed && p.Message != "" {
+		out := *resp
+		status := admission.Status{}
+		if resp.Status != nil {
+			status = *resp.Status
+		}
+		details := admission.StatusDetails{}
+		if status.Details != nil {
+			details = *status.Details
+		}
+		details.Causes = append(append([]admission.Cause(nil), details.Causes...), admission.Cause{Message: status.Message})
+		status.Message, status.Details = p.Message, &details
+		out.Status = &status
+		resp = &out
+	}
+	return resp
+}

@@ -1,0 +1,310 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/observability"
+	"github.com/wardenhq/warden/internal/wasm"
+)
+
+// Options configure Load.
+type Options struct {
+	Runtime  *wasm.Runtime
+	Logger   *slog.Logger
+	Recorder Recorder
+
+	// DefaultTimeout bounds every evaluation unless a policy sets
+	// timeoutEvalSeconds; TimeoutProtection false disables both (compat 3.7).
+	DefaultTimeout    time.Duration
+	TimeoutProtection bool
+
+	// ContinueOnErrors keeps the policies that fail to load, answering every
+	// request with their error, instead of failing Load.
+	ContinueOnErrors bool
+
+	// AlwaysAcceptNamespace: requests in this namespace are accepted without
+	// evaluation.
+	AlwaysAcceptNamespace string
+
+	// Workers is how many guest calls of one policy run at once; the engine
+	// runs at most 2*Workers at once overall, so a policy that loops cannot
+	// take every slot. Zero means the number of CPUs.
+	Workers int
+
+	// CompatVersion is the Kubewarden version whose minimumKubewardenVersion
+	// the server satisfies.
+	CompatVersion string
+
+	// Fetch returns a module's bytes. Nil reads file:// URLs only.
+	Fetch func(ctx context.Context, uri string) ([]byte, error)
+}
+
+// loadTimeout bounds module initialisation and settings validation of one
+// policy when no evaluation timeout applies.
+const loadTimeout = 60 * time.Second
+
+// Load loads every policy: fetches and compiles its module, checks its
+// metadata and validates its settings. Without ContinueOnErrors the first
+// failure (in id order) is returned; with it, failed policies are kept and
+// answer every request with their error.
+func Load(ctx context.Context, configs map[string]*PolicyConfig, opts Options) (*Engine, error) {
+	if opts.Runtime == nil {
+		return nil, errors.New("engine: a wasm runtime is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Recorder == nil {
+		opts.Recorder = nopRecorder{}
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.NumCPU()
+	}
+	if opts.Fetch == nil {
+		opts.Fetch = FetchFile
+	}
+	e := &Engine{
+		policies:              make(map[string]*Policy, len(configs)),
+		alwaysAcceptNamespace: opts.AlwaysAcceptNamespace,
+		recorder:              opts.Recorder,
+		logger:                opts.Logger,
+		slots:                 make(chan struct{}, 2*opts.Workers),
+	}
+	l := &loader{opts: opts, modules: map[string]*moduleLoad{}}
+	ids := sortedKeys(configs)
+
+	// Fetch and compile every distinct module in parallel first.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, id := range ids {
+		if c := configs[id]; !c.IsGroup() {
+			if ml := l.module(c.Module); ml.claim() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					ml.load(ctx, c.Module, opts)
+				}()
+			}
+		}
+	}
+	wg.Wait()
+
+	var errs []error
+	for _, id := range ids {
+		p, err := l.policy(ctx, id, configs[id], e)
+		if err != nil {
+			err = fmt.Errorf("policy %q: %w", id, err)
+			if !opts.ContinueOnErrors {
+				errs = append(errs, err)
+				continue
+			}
+			opts.Logger.ErrorContext(ctx, "policy failed to load; it will reject every request",
+				observability.KeyPolicyID, id, observability.KeyError, err)
+			p = &Policy{ID: id, Mode: configs[id].Mode(), initErr: errors.Unwrap(err)}
+		}
+		e.policies[id] = p
+	}
+	e.runners = l.runners()
+	if len(errs) > 0 {
+		e.Close(ctx)
+		return nil, errors.Join(errs...)
+	}
+	return e, nil
+}
+
+// loader holds what Load shares between policies: modules by URI and the
+// waPC pools by module digest.
+type loader struct {
+	opts    Options
+	modules map[string]*moduleLoad
+	mu      sync.Mutex
+	wapc    map[string]*wasm.Wapc
+}
+
+type moduleLoad struct {
+	claimed bool
+	mod     *wasm.Module
+	meta    *metadata.Metadata
+	err     error
+}
+
+func (l *loader) module(uri string) *moduleLoad {
+	ml, ok := l.modules[uri]
+	if !ok {
+		ml = &moduleLoad{}
+		l.modules[uri] = ml
+	}
+	return ml
+}
+
+func (ml *moduleLoad) claim() bool {
+	if ml.claimed {
+		return false
+	}
+	ml.claimed = true
+	return true
+}
+
+func (ml *moduleLoad) load(ctx context.Context, uri string, opts Options) {
+	b, err := opts.Fetch(ctx, uri)
+	if err != nil {
+		ml.err = fmt.Errorf("fetching module %s: %w", uri, err)
+		return
+	}
+	meta, err := metadata.FromModule(b)
+	switch {
+	case errors.Is(err, metadata.ErrMissing):
+		meta = &metadata.Metadata{} // Kubewarden's defaults, refused below
+	case errors.Is(err, wasm.ErrNotWasm):
+		ml.err = fmt.Errorf("module %s: %w", uri, err)
+		return
+	case err != nil:
+		ml.err = fmt.Errorf("module %s: %w", uri, err)
+		return
+	}
+	if err := meta.ValidateForServer(opts.CompatVersion); err != nil {
+		ml.err = err
+		return
+	}
+	switch meta.Mode() {
+	case metadata.ModeWapc, metadata.ModeWASI:
+	default:
+		ml.err = fmt.Errorf("execution mode %s is not supported yet: Warden runs kubewarden-wapc and wasi policies", meta.Mode())
+		return
+	}
+	ml.mod, err = opts.Runtime.Compile(ctx, b)
+	if err != nil {
+		ml.err = fmt.Errorf("module %s: %w", uri, err)
+		return
+	}
+	ml.meta = meta
+}
+
+// policy builds one policy from its configuration.
+func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig, e *Engine) (*Policy, error) {
+	if c.IsGroup() {
+		return nil, errors.New("policy groups are not supported yet by this version of Warden")
+	}
+	ml := l.modules[c.Module]
+	if ml.err != nil {
+		return nil, ml.err
+	}
+	p := &Policy{
+		ID:              id,
+		Mode:            c.Mode(),
+		AllowedToMutate: c.AllowedToMutate,
+		Message:         c.Message,
+		Metadata:        ml.meta,
+		settings:        c.Settings,
+		host:            &hostCalls{policyID: id, allowed: c.HostCapabilities, logger: l.opts.Logger},
+		inflight:        make(chan struct{}, l.opts.Workers),
+	}
+	if len(p.settings) == 0 || string(p.settings) == "null" {
+		p.settings = []byte("{}")
+	}
+	if l.opts.TimeoutProtection {
+		p.timeout = l.opts.DefaultTimeout
+		if c.TimeoutEvalSeconds != nil {
+			p.timeout = time.Duration(*c.TimeoutEvalSeconds) * time.Second
+		}
+	}
+	initCtx, cancel := context.WithTimeout(ctx, cmp(p.timeout, loadTimeout))
+	defer cancel()
+	run, err := l.runner(initCtx, ml)
+	if err != nil {
+		if errors.Is(err, wasm.ErrDeadlineExceeded) {
+			return nil, errors.New(msgTimeout)
+		}
+		return nil, err
+	}
+	p.run = run
+	svr := run.validateSettings(initCtx, p.host, p.settings)
+	if !svr.Valid {
+		msg := "no message"
+		if svr.Message != nil {
+			msg = *svr.Message
+		}
+		return nil, fmt.Errorf("Policy settings are invalid: %s", msg)
+	}
+	return p, nil
+}
+
+// cmp returns a if it is set, else b.
+func cmp(a, b time.Duration) time.Duration {
+	if a > 0 {
+		return a
+	}
+	return b
+}
+
+// runner returns the runner of a module, sharing waPC pools between the
+// policies that use the same module.
+func (l *loader) runner(ctx context.Context, ml *moduleLoad) (runner, error) {
+	if ml.meta.Mode() == metadata.ModeWASI {
+		return wasiRunner{rt: l.opts.Runtime, mod: ml.mod, onWarn: l.warnStderr}, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.wapc == nil {
+		l.wapc = map[string]*wasm.Wapc{}
+	}
+	if w, ok := l.wapc[ml.mod.Digest]; ok {
+		return wapcRunner{w}, nil
+	}
+	w, err := l.opts.Runtime.NewWapc(ctx, ml.mod, 2*l.opts.Workers)
+	if err != nil {
+		return nil, err
+	}
+	l.wapc[ml.mod.Digest] = w
+	return wapcRunner{w}, nil
+}
+
+func (l *loader) runners() []runner {
+	var out []runner
+	for _, w := range l.wapc {
+		out = append(out, wapcRunner{w})
+	}
+	return out
+}
+
+func (l *loader) warnStderr(ctx context.Context, op, stderr string) {
+	l.opts.Logger.WarnContext(ctx, "policy wrote to stderr", "operation", op, "stderr", stderr)
+}
+
+// FetchFile reads file:// module URLs (absolute or relative paths). Other
+// schemes are refused with a clear error.
+func FetchFile(_ context.Context, uri string) ([]byte, error) {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return nil, fmt.Errorf("module %q has no scheme: use file://, registry:// or https://", uri)
+	}
+	switch scheme {
+	case "file":
+		path := rest
+		if u, err := url.Parse(uri); err == nil && u.Path != "" && u.Host == "" {
+			path = u.Path
+		}
+		return os.ReadFile(path)
+	case "registry", "https", "http":
+		return nil, fmt.Errorf("%s:// modules are not supported yet: download the module and use a file:// URL", scheme)
+	default:
+		return nil, fmt.Errorf("unknown module scheme %q", scheme)
+	}
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) RecordEvaluation(context.Context, observability.Evaluation, time.Duration) {}
+func (nopRecorder) RecordInitializationError(context.Context, string, string)                 {}

@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/wardenhq/warden/internal/wasm"
+)
+
+// runner runs one policy module in its execution mode and speaks its
+// protocol. Implementations are safe for concurrent use.
+type runner interface {
+	// validate returns the policy's ValidationResponse, or the message of
+	// an internal-server-error rejection.
+	validate(ctx context.Context, host wasm.HostCaller, input []byte) (*validationResponse, error)
+	// validateSettings returns the policy's verdict on settings.
+	validateSettings(ctx context.Context, host wasm.HostCaller, settings []byte) settingsValidationResponse
+	close(ctx context.Context)
+}
+
+// wapcRunner runs kubewarden-wapc modules (compat 1).
+type wapcRunner struct{ w *wasm.Wapc }
+
+func (r wapcRunner) validate(ctx context.Context, host wasm.HostCaller, input []byte) (*validationResponse, error) {
+	out, err := r.w.Call(ctx, host, "validate", input)
+	if err != nil {
+		return nil, err
+	}
+	var vr validationResponse
+	if err := json.Unmarshal(out, &vr); err != nil {
+		return nil, fmt.Errorf("invalid response from policy: %w", err)
+	}
+	return &vr, nil
+}
+
+func (r wapcRunner) validateSettings(ctx context.Context, host wasm.HostCaller, settings []byte) settingsValidationResponse {
+	out, err := r.w.Call(ctx, host, "validate_settings", settings)
+	if err != nil {
+		// Kubewarden prints the wapc-rs error with Rust's Debug format.
+		msg := err.Error()
+		var gce *wasm.GuestCallError
+		if errors.As(err, &gce) {
+			msg = fmt.Sprintf("GuestCallFailure(%q)", gce.Msg)
+		}
+		return invalidSettings("Error invoking settings validation callback: " + msg)
+	}
+	var svr settingsValidationResponse
+	if err := json.Unmarshal(out, &svr); err != nil {
+		return invalidSettings(fmt.Sprintf("error: InvalidResponseWithError(%v)", err))
+	}
+	return svr
+}
+
+func (r wapcRunner) close(ctx context.Context) { r.w.Close(ctx) }
+
+// wasiRunner runs WASI command modules (compat 2.4), a fresh instance per
+// call.
+type wasiRunner struct {
+	rt     *wasm.Runtime
+	mod    *wasm.Module
+	onWarn func(ctx context.Context, op, stderr string)
+}
+
+func (r wasiRunner) validate(ctx context.Context, host wasm.HostCaller, input []byte) (*validationResponse, error) {
+	res, err := r.rt.RunWASI(ctx, r.mod, host, "validate", input)
+	if err != nil {
+		var exit *wasm.ExitError
+		if errors.As(err, &exit) {
+			// Kubewarden's error for a failed run is the guest's stderr.
+			return nil, errors.New(exit.Stderr)
+		}
+		return nil, err
+	}
+	if res.Stderr != "" {
+		r.onWarn(ctx, "validate", res.Stderr)
+	}
+	var vr validationResponse
+	if err := json.Unmarshal(res.Stdout, &vr); err != nil {
+		return nil, fmt.Errorf("Cannot deserialize policy validation response: %w", err)
+	}
+	return &vr, nil
+}
+
+func (r wasiRunner) validateSettings(ctx context.Context, host wasm.HostCaller, settings []byte) settingsValidationResponse {
+	res, err := r.rt.RunWASI(ctx, r.mod, host, "validate-settings", settings)
+	if err != nil {
+		var exit *wasm.ExitError
+		if errors.As(err, &exit) {
+			return invalidSettings(exit.Stderr)
+		}
+		return invalidSettings(err.Error())
+	}
+	if res.Stderr != "" {
+		r.onWarn(ctx, "validate-settings", res.Stderr)
+	}
+	var svr settingsValidationResponse
+	if err := json.Unmarshal(res.Stdout, &svr); err != nil {
+		return invalidSettings(fmt.Sprintf("Cannot deserialize settings validation response: %v", err))
+	}
+	return svr
+}
+
+func (r wasiRunner) close(context.Context) {}
+
+func invalidSettings(msg string) settingsValidationResponse {
+	return settingsValidationResponse{Valid: false, Message: &msg}
+}

@@ -1,0 +1,226 @@
+package policyserver
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// Options configure the policy server. Each flag has the environment variable
+// Kubewarden's policy-server reads (compat 3.1); a flag given on the command
+// line wins over its variable.
+type Options struct {
+	Addr               string
+	Port               int
+	ReadinessProbePort int
+	Workers            int
+	CertFile           string
+	KeyFile            string
+	ClientCAFiles      []string
+	PoliciesPath       string
+	DownloadDir        string
+	SourcesPath        string
+	VerificationPath   string
+	DockerConfigPath   string
+	SigstoreCacheDir   string
+	SigstoreTrust      string
+	EnableMetrics      bool
+	MetricsPort        int
+	LogLevel           string
+	LogFormat          string
+	LogNoColor         bool
+	AlwaysAcceptNS     string
+	PolicyTimeout      time.Duration
+	DisableTimeout     bool
+	IgnoreKubeFailure  bool
+	EnablePprof        bool
+	ContinueOnErrors   bool
+	CacheDir           string
+	MemoryLimitMiB     int
+	MaxRequestBodySize int64
+}
+
+// DefaultOptions returns the defaults of every option.
+func DefaultOptions() Options {
+	cache := ""
+	if dir, err := os.UserCacheDir(); err == nil {
+		cache = filepath.Join(dir, "warden", "wasm")
+	}
+	return Options{
+		Addr:               "0.0.0.0",
+		Port:               3000,
+		ReadinessProbePort: 8081,
+		Workers:            runtime.NumCPU(),
+		PoliciesPath:       "policies.yml",
+		DownloadDir:        ".",
+		SigstoreCacheDir:   "sigstore-data",
+		LogLevel:           "info",
+		LogFormat:          "text",
+		PolicyTimeout:      2 * time.Second,
+		CacheDir:           cache,
+		MemoryLimitMiB:     512,
+		MaxRequestBodySize: 16 << 20,
+	}
+}
+
+// flagEnv maps flags to their environment variables.
+var flagEnv = map[string]string{
+	"addr":                    "KUBEWARDEN_BIND_ADDRESS",
+	"port":                    "KUBEWARDEN_PORT",
+	"readiness-probe-port":    "KUBEWARDEN_READINESS_PROBE_PORT",
+	"workers":                 "KUBEWARDEN_WORKERS",
+	"cert-file":               "KUBEWARDEN_CERT_FILE",
+	"key-file":                "KUBEWARDEN_KEY_FILE",
+	"client-ca-file":          "KUBEWARDEN_CLIENT_CA_FILE",
+	"policies":                "KUBEWARDEN_POLICIES",
+	"policies-download-dir":   "KUBEWARDEN_POLICIES_DOWNLOAD_DIR",
+	"sources-path":            "KUBEWARDEN_SOURCES_PATH",
+	"verification-path":       "KUBEWARDEN_VERIFICATION_CONFIG_PATH",
+	"docker-config-json-path": "KUBEWARDEN_DOCKER_CONFIG_JSON_PATH",
+	"sigstore-cache-dir":      "KUBEWARDEN_SIGSTORE_CACHE_DIR",
+	"sigstore-trust-config":   "KUBEWARDEN_SIGSTORE_TRUST_CONFIG_PATH",
+	"enable-metrics":          "KUBEWARDEN_ENABLE_METRICS",
+	"metrics-port":            "WARDEN_METRICS_PORT",
+	"log-level":               "KUBEWARDEN_LOG_LEVEL",
+	"log-fmt":                 "KUBEWARDEN_LOG_FMT",
+	"log-no-color":            "NO_COLOR",
+	"always-accept-admission-reviews-on-namespace": "KUBEWARDEN_ALWAYS_ACCEPT_ADMISSION_REVIEWS_ON_NAMESPACE",
+	"policy-timeout":                       "KUBEWARDEN_POLICY_TIMEOUT",
+	"disable-timeout-protection":           "KUBEWARDEN_DISABLE_TIMEOUT_PROTECTION",
+	"ignore-kubernetes-connection-failure": "KUBEWARDEN_IGNORE_KUBERNETES_CONNECTION_FAILURE",
+	"enable-pprof":                         "KUBEWARDEN_ENABLE_PPROF",
+	"continue-on-errors":                   "KUBEWARDEN_CONTINUE_ON_ERRORS",
+	"cache-dir":                            "WARDEN_CACHE_DIR",
+	"memory-limit":                         "WARDEN_MEMORY_LIMIT",
+	"max-request-body-bytes":               "WARDEN_MAX_REQUEST_BODY_BYTES",
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Addr, "addr", o.Addr, "Bind against ADDRESS")
+	fs.IntVar(&o.Port, "port", o.Port, "Listen on PORT")
+	fs.IntVar(&o.ReadinessProbePort, "readiness-probe-port", o.ReadinessProbePort, "Expose readiness endpoint (and /metrics) on READINESS_PROBE_PORT, plain HTTP")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Number of guest calls of one policy that run at once (the server runs up to twice as many overall)")
+	fs.StringVar(&o.CertFile, "cert-file", o.CertFile, "Path to an X.509 certificate file for HTTPS")
+	fs.StringVar(&o.KeyFile, "key-file", o.KeyFile, "Path to an X.509 private key file for HTTPS")
+	fs.StringSliceVar(&o.ClientCAFiles, "client-ca-file", o.ClientCAFiles, "Path to CA certificates (comma separated) that client certificates must chain to: enables mutual TLS")
+	fs.StringVar(&o.PoliciesPath, "policies", o.PoliciesPath, "YAML file holding the policies to be loaded and their settings")
+	fs.StringVar(&o.DownloadDir, "policies-download-dir", o.DownloadDir, "Download path for the policies")
+	fs.StringVar(&o.SourcesPath, "sources-path", o.SourcesPath, "YAML file holding source information (https, registry insecure hosts, custom CA's...)")
+	fs.StringVar(&o.VerificationPath, "verification-path", o.VerificationPath, "YAML file holding verification information (URIs, keys, annotations...)")
+	fs.StringVar(&o.DockerConfigPath, "docker-config-json-path", o.DockerConfigPath, "Path to a Docker config.json-like path. Can be used to indicate registry authentication details")
+	fs.StringVar(&o.SigstoreCacheDir, "sigstore-cache-dir", o.SigstoreCacheDir, "Directory used to cache sigstore data")
+	fs.StringVar(&o.SigstoreTrust, "sigstore-trust-config", o.SigstoreTrust, "JSON-formatted file conforming to the ClientTrustConfig message in the Sigstore protobuf specs")
+	fs.BoolVar(&o.EnableMetrics, "enable-metrics", o.EnableMetrics, "Export metrics over OTLP too (OTEL_EXPORTER_OTLP_* variables); /metrics is always served")
+	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Also serve /metrics on this plain HTTP port (0: only on the readiness port)")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Log level: trace, debug, info, warn, error")
+	fs.StringVar(&o.LogFormat, "log-fmt", o.LogFormat, "Log output format: text, json, otlp")
+	fs.BoolVar(&o.LogNoColor, "log-no-color", o.LogNoColor, "Disable colored output for logs")
+	fs.StringVar(&o.AlwaysAcceptNS, "always-accept-admission-reviews-on-namespace", o.AlwaysAcceptNS, "Always accept AdmissionReviews that target the given namespace")
+	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "Interrupt policy evaluation after the given time (a number of seconds, or a duration such as 500ms)")
+	fs.BoolVar(&o.DisableTimeout, "disable-timeout-protection", o.DisableTimeout, "Disable policy timeout protection")
+	fs.BoolVar(&o.IgnoreKubeFailure, "ignore-kubernetes-connection-failure", o.IgnoreKubeFailure, "Do not exit when the Kubernetes API server cannot be reached (standalone Warden never needs it)")
+	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve the Go profiling endpoints under /debug/pprof/ on the main listener")
+	fs.BoolVar(&o.ContinueOnErrors, "continue-on-errors", o.ContinueOnErrors, "Start even when policies fail to load; those policies reject every request with their error")
+	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "Directory of the compiled-module cache (empty: no cache)")
+	fs.IntVar(&o.MemoryLimitMiB, "memory-limit", o.MemoryLimitMiB, "Memory cap of one policy instance, in MiB")
+	fs.Int64Var(&o.MaxRequestBodySize, "max-request-body-bytes", o.MaxRequestBodySize, "Largest request body accepted")
+	_ = fs.MarkHidden("continue-on-errors")
+}
+
+// ApplyEnv sets every flag not given on the command line from its
+// environment variable.
+func ApplyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		env, ok := flagEnv[f.Name]
+		if !ok || f.Changed {
+			return
+		}
+		v := getenv(env)
+		if v == "" {
+			return
+		}
+		if f.Name == "policy-timeout" && !strings.ContainsAny(v, "smhµun") {
+			v += "s" // Kubewarden's variable is a number of seconds
+		}
+		if f.Value.Type() == "bool" && env == "NO_COLOR" {
+			v = "true" // NO_COLOR set to anything means no colour
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// NormalizeSeconds lets --policy-timeout take a bare number of seconds, as
+// Kubewarden's does.
+func NormalizeSeconds(args []string) []string {
+	out := make([]string, len(args))
+	copy(out, args)
+	for i, a := range out {
+		switch {
+		case strings.HasPrefix(a, "--policy-timeout="):
+			v := strings.TrimPrefix(a, "--policy-timeout=")
+			if isDigits(v) {
+				out[i] = a + "s"
+			}
+		case a == "--policy-timeout" && i+1 < len(out) && isDigits(out[i+1]):
+			out[i+1] += "s"
+		}
+	}
+	return out
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		errs = append(errs, errors.New("--cert-file and --key-file go together"))
+	}
+	if len(o.ClientCAFiles) > 0 && o.CertFile == "" {
+		errs = append(errs, errors.New("--client-ca-file requires --cert-file and --key-file"))
+	}
+	if o.Workers <= 0 {
+		errs = append(errs, errors.New("--workers must be positive"))
+	}
+	if o.PolicyTimeout <= 0 {
+		errs = append(errs, errors.New("--policy-timeout must be positive"))
+	}
+	if o.MemoryLimitMiB <= 0 || o.MemoryLimitMiB > 4096 {
+		errs = append(errs, errors.New("--memory-limit must be between 1 and 4096 MiB"))
+	}
+	if o.MaxRequestBodySize <= 0 {
+		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
+	}
+	for _, p := range []struct{ flag, value string }{
+		{"--verification-path", o.VerificationPath},
+		{"--sources-path", o.SourcesPath},
+		{"--docker-config-json-path", o.DockerConfigPath},
+		{"--sigstore-trust-config", o.SigstoreTrust},
+	} {
+		if p.value != "" {
+			errs = append(errs, fmt.Errorf("%s is not supported yet by this version of Warden: it loads file:// modules only", p.flag))
+		}
+	}
+	return errors.Join(errs...)
+}

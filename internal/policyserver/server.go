@@ -1,0 +1,224 @@
+package policyserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/wardenhq/warden/internal/certwatch"
+	"github.com/wardenhq/warden/internal/engine"
+	"github.com/wardenhq/warden/internal/observability"
+	"github.com/wardenhq/warden/internal/wasm"
+)
+
+// CompatVersion is the Kubewarden release whose policy-server behaviour
+// Warden matches; policies' minimumKubewardenVersion is checked against it.
+const CompatVersion = "1.36.0"
+
+// Server is a running policy server.
+type Server struct {
+	opts    Options
+	logger  *slog.Logger
+	metrics *observability.Metrics
+	rt      *wasm.Runtime
+	engine  atomic.Pointer[engine.Engine]
+	tls     *certwatch.Watcher
+
+	main, readiness, metricsLn net.Listener
+	ready                      atomic.Bool
+}
+
+// New loads the policies and binds the listeners; Serve starts answering.
+// The server's readiness endpoint reports ready only once Serve runs.
+func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error) {
+	s := &Server{opts: opts, logger: logger}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close(context.Background())
+		}
+	}()
+	var err error
+	s.metrics, err = observability.NewMetrics(ctx, observability.MetricsOptions{
+		OTLP:        opts.EnableMetrics,
+		ServiceName: "warden-policy-server",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("setting up metrics: %w", err)
+	}
+	doc, err := os.ReadFile(opts.PoliciesPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading policies: %w", err)
+	}
+	configs, err := engine.ParsePolicies(doc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", opts.PoliciesPath, err)
+	}
+	s.rt, err = wasm.NewRuntime(ctx, wasm.Config{
+		CacheDir:         opts.CacheDir,
+		MemoryLimitBytes: uint64(opts.MemoryLimitMiB) << 20,
+		Logger:           logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	eng, err := engine.Load(ctx, configs, engine.Options{
+		Runtime:               s.rt,
+		Logger:                logger,
+		Recorder:              s.metrics,
+		DefaultTimeout:        opts.PolicyTimeout,
+		TimeoutProtection:     !opts.DisableTimeout,
+		ContinueOnErrors:      opts.ContinueOnErrors,
+		AlwaysAcceptNamespace: opts.AlwaysAcceptNS,
+		Workers:               opts.Workers,
+		CompatVersion:         CompatVersion,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.engine.Store(eng)
+	logger.InfoContext(ctx, "policies loaded", "count", len(configs), "duration", time.Since(start).Round(time.Millisecond))
+
+	if opts.CertFile != "" {
+		s.tls, err = certwatch.New(opts.CertFile, opts.KeyFile, opts.ClientCAFiles, logger)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if s.main, err = listen(opts.Addr, opts.Port); err != nil {
+		return nil, err
+	}
+	if s.readiness, err = listen(opts.Addr, opts.ReadinessProbePort); err != nil {
+		return nil, err
+	}
+	if opts.MetricsPort > 0 {
+		if s.metricsLn, err = listen(opts.Addr, opts.MetricsPort); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return s, nil
+}
+
+func listen(addr string, port int) (net.Listener, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
+	if err != nil {
+		return nil, fmt.Errorf("listening: %w", err)
+	}
+	return ln, nil
+}
+
+// Addr is the address of the main (webhook) listener.
+func (s *Server) Addr() net.Addr { return s.main.Addr() }
+
+// ReadinessAddr is the address of the readiness (and metrics) listener.
+func (s *Server) ReadinessAddr() net.Addr { return s.readiness.Addr() }
+
+// Engine returns the engine serving requests.
+func (s *Server) Engine() *engine.Engine { return s.engine.Load() }
+
+// Serve answers requests until ctx is done, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context) error {
+	mainSrv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
+	}
+	ops := http.NewServeMux()
+	ops.HandleFunc("GET /readiness", s.handleReadiness)
+	ops.Handle("GET /metrics", s.metrics.Handler())
+	opsSrv := &http.Server{Handler: ops, ReadHeaderTimeout: 10 * time.Second}
+
+	errs := make(chan error, 4)
+	serve := func(srv *http.Server, ln net.Listener) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- err
+		}
+	}
+	mainLn := s.main
+	if s.tls != nil {
+		mainLn = tls.NewListener(s.main, s.tls.TLSConfig())
+		go func() {
+			if err := s.tls.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				errs <- fmt.Errorf("watching certificates: %w", err)
+			}
+		}()
+	}
+	go serve(mainSrv, mainLn)
+	go serve(opsSrv, s.readiness)
+	var metricsSrv *http.Server
+	if s.metricsLn != nil {
+		metricsSrv = &http.Server{Handler: s.metrics.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go serve(metricsSrv, s.metricsLn)
+	}
+	s.ready.Store(true)
+	s.logger.InfoContext(ctx, "policy server listening",
+		observability.KeyAddr, s.main.Addr().String(), "tls", s.tls != nil, "readiness_addr", s.readiness.Addr().String())
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+	}
+	s.ready.Store(false)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, srv := range []*http.Server{mainSrv, opsSrv, metricsSrv} {
+		if srv != nil {
+			_ = srv.Shutdown(shutdownCtx)
+		}
+	}
+	s.Close(shutdownCtx)
+	return err
+}
+
+// Close releases the engine, the runtime and the metrics exporter.
+func (s *Server) Close(ctx context.Context) {
+	if e := s.engine.Load(); e != nil {
+		e.Close(ctx)
+	}
+	if s.rt != nil {
+		_ = s.rt.Close(ctx)
+	}
+	if s.metrics != nil {
+		_ = s.metrics.Shutdown(ctx)
+	}
+	for _, ln := range []net.Listener{s.main, s.readiness, s.metricsLn} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+func (s *Server) handleReadiness(w http.ResponseWriter, _ *http.Request) {
+	if !s.ready.Load() {
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// Handler returns the webhook routes (compat 3.3).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /validate/{id...}", s.handleReview(engine.OriginValidate))
+	mux.HandleFunc("POST /audit/{id...}", s.handleReview(engine.OriginAudit))
+	mux.HandleFunc("POST /validate_raw/{id...}", s.handleRaw)
+	if s.opts.EnablePprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}

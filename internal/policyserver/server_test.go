@@ -1,0 +1,554 @@
+package policyserver_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/pkitest"
+	"github.com/wardenhq/warden/internal/policybuild"
+	"github.com/wardenhq/warden/internal/policyserver"
+	"github.com/wardenhq/warden/internal/wasm"
+)
+
+// testServer is a policy server on 127.0.0.1 with real TLS.
+type testServer struct {
+	srv    *policyserver.Server
+	client *http.Client
+	base   string
+	ready  string
+	logs   *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// module returns a file:// URL of a built test policy.
+func module(t *testing.T, name string) string {
+	return "file://" + policybuild.ForTest(t, name)
+}
+
+// writePolicies writes a policies.yml where {name} is replaced by the
+// file:// URL of the test policy name.
+func writePolicies(t *testing.T, doc string) string {
+	t.Helper()
+	for _, name := range []string{"labels", "mutate-labels", "wasi-log", "raw", "trap", "loop", "oom", "garbage", "wasi-garbage", "wasi-fail"} {
+		if strings.Contains(doc, "{"+name+"}") {
+			doc = strings.ReplaceAll(doc, "{"+name+"}", module(t, name))
+		}
+	}
+	path := filepath.Join(t.TempDir(), "policies.yml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func testOptions(t *testing.T, policies string) policyserver.Options {
+	opts := policyserver.DefaultOptions()
+	opts.Addr, opts.Port, opts.ReadinessProbePort = "127.0.0.1", 0, 0
+	opts.PoliciesPath = policies
+	opts.CacheDir = ""
+	opts.Workers = 2
+	return opts
+}
+
+func startServer(t *testing.T, opts policyserver.Options) *testServer {
+	t.Helper()
+	ca := pkitest.NewCA(t, "test-ca")
+	opts.CertFile, opts.KeyFile = ca.Server(t).WriteFiles(t, t.TempDir(), "")
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv, err := policyserver.New(context.Background(), opts, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	ts := &testServer{
+		srv:    srv,
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}},
+		base:   "https://" + srv.Addr().String(),
+		ready:  "http://" + srv.ReadinessAddr().String(),
+		logs:   logs,
+	}
+	ts.waitReady(t)
+	return ts
+}
+
+func (ts *testServer) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(ts.ready + "/readiness")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the server never became ready")
+}
+
+func (ts *testServer) post(t *testing.T, path, contentType string, body []byte) (int, []byte) {
+	t.Helper()
+	resp, err := ts.client.Post(ts.base+path, contentType, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, out
+}
+
+// review sends an AdmissionReview and returns the response of a 200 answer.
+func (ts *testServer) review(t *testing.T, path string, review []byte) *admission.Response {
+	t.Helper()
+	status, body := ts.post(t, path, "application/json", review)
+	if status != http.StatusOK {
+		t.Fatalf("%s: status %d: %s", path, status, body)
+	}
+	var out struct {
+		APIVersion string              `json:"apiVersion"`
+		Kind       string              `json:"kind"`
+		Response   *admission.Response `json:"response"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatalf("%s: %v: %s", path, err, body)
+	}
+	if !strings.HasPrefix(path, "/validate_raw/") && (out.APIVersion != "admission.k8s.io/v1" || out.Kind != "AdmissionReview") {
+		t.Errorf("%s: not an AdmissionReview: %s", path, body)
+	}
+	if out.Response == nil {
+		t.Fatalf("%s: no response: %s", path, body)
+	}
+	return out.Response
+}
+
+// podReview is an AdmissionReview for a Pod CREATE with the given labels.
+func podReview(uid, namespace, operation string, labels map[string]string) []byte {
+	object := "null"
+	if operation != "DELETE" {
+		l, _ := json.Marshal(labels)
+		object = fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"nginx","namespace":%q,"labels":%s},"spec":{"containers":[{"name":"nginx","image":"nginx"}]}}`, namespace, l)
+	}
+	return []byte(fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+		"uid":%q,"kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
+		"requestKind":{"group":"","version":"v1","kind":"Pod"},"name":"nginx","namespace":%q,"operation":%q,
+		"userInfo":{"username":"alice"},"object":%s}}`, uid, namespace, operation, object))
+}
+
+const mainPolicies = `
+labels:
+  module: {labels}
+  settings: {denied_labels: [forbidden]}
+labels-custom-message:
+  module: {labels}
+  settings: {denied_labels: [forbidden]}
+  message: "the platform team does not allow this"
+labels-monitor:
+  module: {labels}
+  policyMode: monitor
+  settings: {denied_labels: [forbidden]}
+mutate:
+  module: {mutate-labels}
+  allowedToMutate: true
+mutate-not-allowed:
+  module: {mutate-labels}
+mutate-delete:
+  module: {mutate-labels}
+  allowedToMutate: true
+  settings: {mutate_without_object: true}
+mutate-monitor:
+  module: {mutate-labels}
+  policyMode: monitor
+  allowedToMutate: true
+wasi-log:
+  module: {wasi-log}
+raw:
+  module: {raw}
+  settings: {forbidden_resources: [banana]}
+trap:
+  module: {trap}
+loop:
+  module: {loop}
+  timeoutEvalSeconds: 1
+oom:
+  module: {oom}
+garbage:
+  module: {garbage}
+wasi-garbage:
+  module: {wasi-garbage}
+wasi-fail:
+  module: {wasi-fail}
+`
+
+func TestEvaluation(t *testing.T) {
+	opts := testOptions(t, writePolicies(t, mainPolicies))
+	opts.AlwaysAcceptNS = "kube-system"
+	opts.MemoryLimitMiB = 64
+	ts := startServer(t, opts)
+
+	ok := map[string]string{"app": "web"}
+	bad := map[string]string{"app": "web", "forbidden": "yes"}
+	const notAllowedToMutate = "Request rejected by policy mutate-not-allowed. The policy attempted to mutate the request, but it is currently configured to not allow mutations."
+
+	tests := []struct {
+		name        string
+		path        string
+		review      []byte
+		allowed     bool
+		message     string // exact status message, "" for no status
+		code        int32
+		wantPatch   bool
+		wantCauses  []string
+		messageHead string // prefix match instead of exact
+	}{
+		{name: "accept", path: "/validate/labels", review: podReview("u1", "default", "CREATE", ok), allowed: true},
+		{name: "reject", path: "/validate/labels", review: podReview("u2", "default", "CREATE", bad), message: "label forbidden is denied"},
+		{name: "always-accept namespace", path: "/validate/labels", review: podReview("u3", "kube-system", "CREATE", bad), allowed: true},
+		{name: "custom message", path: "/validate/labels-custom-message", review: podReview("u4", "default", "CREATE", bad),
+			message: "the platform team does not allow this", wantCauses: []string{"label forbidden is denied"}},
+		{name: "monitor accepts a rejection", path: "/validate/labels-monitor", review: podReview("u5", "default", "CREATE", bad), allowed: true},
+		{name: "audit ignores monitor mode", path: "/audit/labels-monitor", review: podReview("u6", "default", "CREATE", bad), message: "label forbidden is denied"},
+		{name: "mutation", path: "/validate/mutate", review: podReview("u7", "default", "CREATE", ok), allowed: true, wantPatch: true},
+		{name: "mutation not allowed", path: "/validate/mutate-not-allowed", review: podReview("u8", "default", "CREATE", ok), message: notAllowedToMutate},
+		{name: "audit returns the raw patch", path: "/audit/mutate-not-allowed", review: podReview("u9", "default", "CREATE", ok), allowed: true, wantPatch: true},
+		{name: "monitor drops the patch", path: "/validate/mutate-monitor", review: podReview("u10", "default", "CREATE", ok), allowed: true},
+		{name: "mutation of a DELETE", path: "/validate/mutate-delete", review: podReview("u11", "default", "DELETE", nil),
+			message: "Incoming object is null, which happens only with DELETE operations, but the policy is attempting a mutation. This is not allowed"},
+		{name: "wasi policy", path: "/validate/wasi-log", review: podReview("u12", "default", "CREATE", ok), allowed: true},
+		{name: "wasi policy rejects", path: "/validate/wasi-log", review: podReview("u13", "default", "CREATE", map[string]string{"reject": "true"}), message: "rejected by wasi-log"},
+		{name: "trap", path: "/validate/trap", review: podReview("u14", "default", "CREATE", ok), code: 500, messageHead: "internal server error: Guest call failure: "},
+		{name: "loop", path: "/validate/loop", review: podReview("u15", "default", "CREATE", ok), code: 500,
+			message: "Policy execution interrupted because it exceeded the allowed execution time"},
+		{name: "oom", path: "/validate/oom", review: podReview("u16", "default", "CREATE", ok), code: 500, messageHead: "internal server error: Guest call failure: "},
+		{name: "garbage", path: "/validate/garbage", review: podReview("u17", "default", "CREATE", ok), code: 500, messageHead: "internal server error: invalid response from policy: "},
+		{name: "wasi garbage", path: "/validate/wasi-garbage", review: podReview("u18", "default", "CREATE", ok), code: 500,
+			messageHead: "internal server error: Cannot deserialize policy validation response: "},
+		{name: "wasi exit 1", path: "/validate/wasi-fail", review: podReview("u19", "default", "CREATE", ok), code: 500, message: "internal server error: something went wrong"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := ts.review(t, tt.path, tt.review)
+			var in struct {
+				Request struct{ UID string } `json:"request"`
+			}
+			_ = json.Unmarshal(tt.review, &in)
+			if resp.UID != in.Request.UID {
+				t.Errorf("uid = %q, want %q", resp.UID, in.Request.UID)
+			}
+			if resp.Allowed != tt.allowed {
+				t.Errorf("allowed = %v, want %v (%+v)", resp.Allowed, tt.allowed, resp.Status)
+			}
+			var msg string
+			var code int32
+			if resp.Status != nil {
+				msg, code = resp.Status.Message, resp.Status.Code
+			}
+			switch {
+			case tt.messageHead != "":
+				if !strings.HasPrefix(msg, tt.messageHead) {
+					t.Errorf("message = %q, want prefix %q", msg, tt.messageHead)
+				}
+			case msg != tt.message:
+				t.Errorf("message = %q, want %q", msg, tt.message)
+			}
+			if code != tt.code {
+				t.Errorf("code = %d, want %d", code, tt.code)
+			}
+			if (resp.Patch != nil) != tt.wantPatch {
+				t.Errorf("patch = %s, want patch: %v", resp.Patch, tt.wantPatch)
+			}
+			if tt.wantCauses != nil {
+				if resp.Status.Details == nil || len(resp.Status.Details.Causes) != 1 || resp.Status.Details.Causes[0].Message != tt.wantCauses[0] {
+					t.Errorf("causes = %+v, want %q", resp.Status.Details, tt.wantCauses)
+				}
+			}
+		})
+	}
+
+	t.Run("the patch adds the label", func(t *testing.T) {
+		status, body := ts.post(t, "/validate/mutate", "application/json", podReview("p1", "default", "CREATE", ok))
+		var raw struct {
+			Response struct {
+				Patch     string `json:"patch"`
+				PatchType string `json:"patchType"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal(body, &raw); err != nil || status != 200 {
+			t.Fatalf("%d %s %v", status, body, err)
+		}
+		patch, err := base64.StdEncoding.DecodeString(raw.Response.Patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ops []map[string]any
+		if err := json.Unmarshal(patch, &ops); err != nil {
+			t.Fatalf("patch is not a JSON array: %s", patch)
+		}
+		if raw.Response.PatchType != "JSONPatch" || len(ops) != 1 || ops[0]["op"] != "add" || ops[0]["path"] != "/metadata/labels/warden.io~1mutated" || ops[0]["value"] != "true" {
+			t.Errorf("patch = %s (%s)", patch, raw.Response.PatchType)
+		}
+	})
+
+	t.Run("monitor mode logs what it would have done", func(t *testing.T) {
+		logs := ts.logs.String()
+		if !strings.Contains(logs, `msg="policy evaluation (monitor mode)" policy_id=mutate-monitor`) || !strings.Contains(logs, "mutated_object=") {
+			t.Errorf("no monitor-mode log with the mutated object:\n%s", logs)
+		}
+	})
+
+	t.Run("raw", func(t *testing.T) {
+		status, body := ts.post(t, "/validate_raw/raw", "application/json", []byte(`{"request":{"uid":"r1","user":"alice","action":"eat","resource":"banana"}}`))
+		if status != 200 || !strings.Contains(string(body), `"uid":"r1"`) || !strings.Contains(string(body), `resource banana is forbidden`) || !strings.HasPrefix(string(body), `{"response":`) {
+			t.Errorf("%d %s", status, body)
+		}
+		status, body = ts.post(t, "/validate_raw/raw", "application/json", []byte(`{"request":{"user":"alice","resource":"apple"}}`))
+		if status != 200 || !strings.Contains(string(body), `"allowed":true`) {
+			t.Errorf("%d %s", status, body)
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		resp, err := http.Get(ts.ready + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{
+			`kubewarden_policy_evaluations_total{accepted="false",mutated="false",policy_mode="protect",policy_name="labels",request_origin="validate",resource_kind="Pod",resource_namespace="default",resource_request_operation="CREATE"} 1`,
+			`kubewarden_policy_evaluations_total{accepted="true",mutated="true",policy_mode="monitor",policy_name="mutate-monitor"`,
+			`kubewarden_policy_evaluations_total{accepted="false",error_code="500",mutated="false",policy_mode="protect",policy_name="loop"`,
+			`kubewarden_policy_evaluation_latency_milliseconds_bucket{`,
+		} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+	})
+}
+
+func TestBadRequests(t *testing.T) {
+	opts := testOptions(t, writePolicies(t, "labels: {module: {labels}}\n"))
+	opts.MaxRequestBodySize = 16 << 20
+	ts := startServer(t, opts)
+	valid := podReview("u", "default", "CREATE", nil)
+	big := append([]byte(`{"request":{"uid":"x","object":{"data":"`), bytes.Repeat([]byte("a"), 50<<20)...)
+	big = append(big, `"}}}`...)
+	tests := []struct {
+		name        string
+		path        string
+		contentType string
+		body        []byte
+		status      int
+		message     string
+	}{
+		{"malformed", "/validate/labels", "application/json", []byte(`{"request": {"uid": }`), 400, "Failed to parse the request body as JSON: "},
+		{"truncated", "/validate/labels", "application/json", valid[:len(valid)/2], 400, "Failed to parse the request body as JSON: "},
+		{"empty body", "/validate/labels", "application/json", nil, 400, "Failed to parse the request body as JSON: "},
+		{"not an object", "/validate/labels", "application/json", []byte(`[1,2]`), 422, "Failed to deserialize the JSON body into the target type: "},
+		{"no request", "/validate/labels", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1"}`), 422, "Failed to deserialize the JSON body into the target type: "},
+		{"wrong field type", "/validate/labels", "application/json", []byte(`{"request":{"uid":1}}`), 422, "Failed to deserialize the JSON body into the target type: "},
+		{"wrong content type", "/validate/labels", "text/plain", valid, 415, "Expected request with `Content-Type: application/json`"},
+		{"unknown policy", "/validate/nope", "application/json", valid, 404, "unknown policy: nope"},
+		{"unknown group member", "/validate/labels/member", "application/json", valid, 404, "unknown policy: labels/member"},
+		{"unknown raw policy", "/validate_raw/nope", "application/json", []byte(`{"request":{}}`), 404, "unknown policy: nope"},
+		{"raw without request", "/validate_raw/labels", "application/json", []byte(`{}`), 422, "Failed to deserialize the JSON body into the target type: "},
+		{"50 MB body", "/validate/labels", "application/json", big, 413, "Failed to buffer the request body: length limit exceeded"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := ts.post(t, tt.path, tt.contentType, tt.body)
+			var e struct {
+				Message string `json:"message"`
+				Status  int    `json:"status"`
+			}
+			if err := json.Unmarshal(body, &e); err != nil {
+				t.Fatalf("error body is not JSON: %s", body)
+			}
+			if status != tt.status || e.Status != tt.status || !strings.HasPrefix(e.Message, tt.message) {
+				t.Errorf("got %d %q, want %d %q", status, e.Message, tt.status, tt.message)
+			}
+		})
+	}
+	// And the server still answers.
+	if resp := ts.review(t, "/validate/labels", valid); !resp.Allowed {
+		t.Errorf("after bad requests: %+v", resp)
+	}
+	status, _ := ts.post(t, "/validate/labels", "application/json", nil)
+	if status != 400 {
+		t.Errorf("GET-like empty post: %d", status)
+	}
+}
+
+// TestLoopingPolicyDoesNotBlockOthers keeps a looping policy busy on every
+// slot it may take and checks that another policy answers meanwhile: its
+// requests all complete before the looping ones do.
+func TestLoopingPolicyDoesNotBlockOthers(t *testing.T) {
+	opts := testOptions(t, writePolicies(t, "labels: {module: {labels}}\nloop: {module: {loop}, timeoutEvalSeconds: 3}\n"))
+	ts := startServer(t, opts)
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	for i := 0; i < 2*opts.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := ts.review(t, "/validate/loop", podReview("loop", "default", "CREATE", nil))
+			if resp.Status == nil || !strings.Contains(resp.Status.Message, "exceeded the allowed execution time") {
+				t.Errorf("loop: %+v", resp.Status)
+			}
+			mu.Lock()
+			order = append(order, "loop")
+			mu.Unlock()
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // let the loops start; correctness does not depend on it
+	for i := 0; i < 20; i++ {
+		if resp := ts.review(t, "/validate/labels", podReview("ok", "default", "CREATE", nil)); !resp.Allowed {
+			t.Fatalf("labels: %+v", resp)
+		}
+	}
+	mu.Lock()
+	loopsDone := len(order)
+	mu.Unlock()
+	if loopsDone != 0 {
+		t.Errorf("the labels policy waited for %d looping evaluations to end", loopsDone)
+	}
+	wg.Wait()
+}
+
+func TestStartupFailures(t *testing.T) {
+	dir := t.TempDir()
+	notWasm := filepath.Join(dir, "not.wasm")
+	if err := os.WriteFile(notWasm, []byte("#!/bin/sh\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(policybuild.ForTest(t, "labels"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stripped, err := wasm.WithoutCustomSection(b, metadata.SectionName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noMeta := filepath.Join(dir, "nometa.wasm")
+	if err := os.WriteFile(noMeta, stripped, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, policies, want string
+	}{
+		{"invalid settings", "labels: {module: {labels}, settings: {denied_labels: 3}}",
+			`policy "labels": Policy settings are invalid: denied_labels must be a list of strings`},
+		{"not wasm", "x: {module: file://" + notWasm + "}", "not a WebAssembly module"},
+		{"no metadata", "x: {module: file://" + noMeta + "}", "Policy is missing protocol version, which is required for KubewardenWapc execution mode"},
+		{"missing file", "x: {module: file://" + dir + "/missing.wasm}", "no such file or directory"},
+		{"registry not yet", "x: {module: registry://ghcr.io/kubewarden/policies/pod-privileged:v1.0.0}", "registry:// modules are not supported yet"},
+		{"group not yet", "g: {expression: 'a()', message: m, policies: {a: {module: {labels}}}}", "policy groups are not supported yet"},
+		{"bad yaml", "labels: [", "policies.yml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := testOptions(t, writePolicies(t, tt.policies))
+			srv, err := policyserver.New(context.Background(), opts, slog.New(slog.DiscardHandler))
+			if err == nil {
+				srv.Close(context.Background())
+				t.Fatal("the server started")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestContinueOnErrors(t *testing.T) {
+	opts := testOptions(t, writePolicies(t, `
+good: {module: {labels}, settings: {denied_labels: [forbidden]}}
+bad-settings: {module: {labels}, settings: {denied_labels: 3}}
+`))
+	opts.ContinueOnErrors = true
+	ts := startServer(t, opts)
+	resp := ts.review(t, "/validate/bad-settings", podReview("u", "default", "CREATE", nil))
+	if resp.Allowed || resp.Status == nil || resp.Status.Code != 500 ||
+		resp.Status.Message != "Policy settings are invalid: denied_labels must be a list of strings" {
+		t.Errorf("broken policy answered %+v %+v", resp, resp.Status)
+	}
+	if resp := ts.review(t, "/validate/good", podReview("u", "default", "CREATE", map[string]string{"forbidden": "x"})); resp.Allowed {
+		t.Error("the working policy stopped working")
+	}
+	m, err := http.Get(ts.ready + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(m.Body)
+	m.Body.Close()
+	if !strings.Contains(string(body), `initialization_error="Policy settings are invalid: denied_labels must be a list of strings",policy_name="bad-settings"`) {
+		t.Errorf("no initialization-error metric:\n%s", body)
+	}
+}
+
+func TestMutualTLS(t *testing.T) {
+	clientCA := pkitest.NewCA(t, "client-ca")
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "client-ca.pem")
+	if err := os.WriteFile(caFile, clientCA.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts := testOptions(t, writePolicies(t, "labels: {module: {labels}}\n"))
+	opts.ClientCAFiles = []string{caFile}
+	ts := startServer(t, opts)
+
+	if _, err := ts.client.Post(ts.base+"/validate/labels", "application/json", bytes.NewReader(podReview("u", "d", "CREATE", nil))); err == nil {
+		t.Error("a client without a certificate was served")
+	}
+	tr := ts.client.Transport.(*http.Transport).Clone()
+	tr.TLSClientConfig.Certificates = []tls.Certificate{clientCA.Client(t, "apiserver").TLSCertificate(t)}
+	ts.client = &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	if resp := ts.review(t, "/validate/labels", podReview("u", "d", "CREATE", nil)); !resp.Allowed {
+		t.Errorf("client with a certificate: %+v", resp)
+	}
+}
