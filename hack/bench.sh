@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Reproduces the load-test and startup figures of docs/benchmarks.md.
+# Everything runs on 127.0.0.1 and stops by itself. Needs Go and openssl.
+#
+#   hack/bench.sh            # all sections
+#   hack/bench.sh load       # floor + waPC + WASI load tests only
+#   hack/bench.sh startup    # startup time and idle RSS with 20 policies
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+what=${1:-all}
+duration=${DURATION:-10s}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "== building (binaries in $work)"
+go build -o "$work/policy-server" ./cmd/policy-server
+go build -o "$work/loadtest" ./hack/loadtest
+go build -o "$work/floorserver" ./hack/floorserver
+labels=$(go run ./hack/buildpolicy testdata/policies/labels)
+wasilog=$(go run ./hack/buildpolicy testdata/policies/wasi-log)
+review=hack/loadtest/testdata/pod-review.json
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+  -subj /CN=localhost -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+  -keyout "$work/tls.key" -out "$work/tls.crt" 2>/dev/null
+
+wait_ready() { # url
+  for _ in $(seq 1 600); do
+    curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "not ready: $1" >&2
+  return 1
+}
+
+start_server() { # policies.yml, extra flags...
+  local policies=$1; shift
+  "$work/policy-server" --addr 127.0.0.1 --port 3000 --readiness-probe-port 8081 \
+    --cert-file "$work/tls.crt" --key-file "$work/tls.key" --policies "$policies" \
+    --log-level warn "$@" &
+  server=$!
+  pids+=("$server")
+  wait_ready http://127.0.0.1:8081/readiness
+}
+
+stop_server() {
+  kill "$server"
+  wait "$server" 2>/dev/null || true
+}
+
+load() { # label url extra-loadtest-flags...
+  local label=$1 url=$2; shift 2
+  echo "-- $label"
+  "$work/loadtest" -url "$url" -body "$review" -cacert "$work/tls.crt" -d "$duration" \
+    -expect-body-contains '"allowed":true' "$@"
+}
+
+if [[ $what == all || $what == load ]]; then
+  echo "== floor: trivial Go HTTPS webhook (decode and allow)"
+  "$work/floorserver" -addr 127.0.0.1:3100 -cert-file "$work/tls.crt" -key-file "$work/tls.key" &
+  floor=$!; pids+=("$floor")
+  sleep 0.5
+  load "floor, 20 clients" https://127.0.0.1:3100/validate/x -c 20
+  load "floor, 1000 req/s" https://127.0.0.1:3100/validate/x -rate 1000
+  kill "$floor"; wait "$floor" 2>/dev/null || true
+
+  printf 'labels:\n  module: file://%s\n  settings: {denied_labels: [forbidden]}\nwasi-log:\n  module: file://%s\n' \
+    "$labels" "$wasilog" > "$work/policies.yml"
+  start_server "$work/policies.yml"
+  echo "== Warden: waPC policy (labels), a snapshot-isolated instance per request"
+  load "waPC, 20 clients" https://127.0.0.1:3000/validate/labels -c 20
+  load "waPC, 1000 req/s" https://127.0.0.1:3000/validate/labels -rate 1000
+  echo "== Warden: WASI policy (wasi-log, Go wasip1 command)"
+  load "WASI, 20 clients" https://127.0.0.1:3000/validate/wasi-log -c 20
+  stop_server
+fi
+
+if [[ $what == all || $what == startup ]]; then
+  echo "== startup with 20 policies (20 distinct 3.6 MB Go modules)"
+  go run ./hack/buildpolicy -copies 20 -o "$work/mods" testdata/policies/labels >/dev/null
+  : > "$work/p20.yml"
+  for i in $(seq 1 20); do
+    printf 'p%d:\n  module: file://%s/labels-%d.wasm\n  settings: {denied_labels: [forbidden]}\n' "$i" "$work/mods" "$i" >> "$work/p20.yml"
+  done
+  for run in cold cached; do
+    start=$(date +%s.%N)
+    start_server "$work/p20.yml" --cache-dir "$work/cache"
+    end=$(date +%s.%N)
+    sleep 2
+    rss=$(awk '/VmRSS/ {print $2}' "/proc/$server/status")
+    printf -- '-- %s start: %.2f s to ready, idle RSS %d MiB\n' "$run" "$(echo "$end - $start" | bc)" $((rss / 1024))
+    stop_server
+  done
+fi

@@ -1,0 +1,79 @@
+package wasm_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/wardenhq/warden/internal/wasm"
+)
+
+// benchRequest is a Pod CREATE of about 1.6 KB, the body of the load tests.
+func benchRequest(b *testing.B) []byte {
+	review, err := os.ReadFile("../../hack/loadtest/testdata/pod-review.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := []byte(`{"request":`)
+	start := indexOf(review, []byte(`"request":`)) + len(`"request":`)
+	req = append(req, review[start:len(review)-2]...) // drop the review's closing brace
+	return append(req, []byte(`,"settings":{"denied_labels":["forbidden"]}}`)...)
+}
+
+func indexOf(b, sub []byte) int {
+	for i := 0; i+len(sub) <= len(b); i++ {
+		if string(b[i:i+len(sub)]) == string(sub) {
+			return i
+		}
+	}
+	return -1
+}
+
+// BenchmarkWapcCall is one isolated waPC evaluation of the labels policy:
+// take a pooled instance, call validate, reset the instance to its snapshot.
+func BenchmarkWapcCall(b *testing.B) {
+	w := newWapc(b, newRuntime(b, wasm.Config{}), "labels")
+	payload := benchRequest(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := w.Call(ctx, nil, "validate", payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkWapcCallParallel is the same with one caller per GOMAXPROCS.
+func BenchmarkWapcCallParallel(b *testing.B) {
+	w := newWapc(b, newRuntime(b, wasm.Config{}), "labels")
+	payload := benchRequest(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := w.Call(ctx, nil, "validate", payload); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkWASIRun is one WASI evaluation of the wasi-log policy (a Go
+// wasip1 command): a fresh instance, Go runtime initialisation, main.
+func BenchmarkWASIRun(b *testing.B) {
+	rt := newRuntime(b, wasm.Config{})
+	m := compile(b, rt, "wasi-log")
+	payload := benchRequest(b)
+	host := &recordingHost{}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := rt.RunWASI(ctx, m, host, "validate", payload); err != nil {
+			b.Fatal(err)
+		}
+		host.calls = host.calls[:0]
+	}
+}
