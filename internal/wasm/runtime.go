@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -63,8 +64,9 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	if pages == 0 || pages > 65536 {
 		return nil, fmt.Errorf("memory limit %d bytes is outside 64 KiB..4 GiB", limit)
 	}
+	// Deadlines are enforced by the interrupt flag compiled into every
+	// module (interrupt.go), not by WithCloseOnContextDone.
 	rc := wazero.NewRuntimeConfigCompiler().
-		WithCloseOnContextDone(true).
 		WithMemoryLimitPages(uint32(pages)).
 		WithCustomSections(false)
 	var cache wazero.CompilationCache
@@ -115,6 +117,10 @@ type Module struct {
 	// when the module has globals that cannot be saved and restored.
 	globals  []string
 	snapshot bool
+	// interrupt names the export of the interrupt flag; start reports a
+	// former start section, now exported as startExport.
+	interrupt string
+	start     bool
 }
 
 // Exports reports whether the module exports a function with that name.
@@ -153,7 +159,11 @@ func (r *Runtime) Compile(ctx context.Context, module []byte) (*Module, error) {
 }
 
 func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*Module, error) {
-	rewritten, globals, snapshot, err := exportMutableGlobals(module)
+	inst, err := instrument(module)
+	if err != nil {
+		return nil, fmt.Errorf("reading module: %w", err)
+	}
+	rewritten, globals, snapshot, err := exportMutableGlobals(inst.module)
 	if err != nil {
 		return nil, fmt.Errorf("reading module: %w", err)
 	}
@@ -165,7 +175,15 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 	for name := range cm.ExportedFunctions() {
 		exports[name] = true
 	}
-	return &Module{Digest: digest, compiled: cm, exports: exports, globals: globals, snapshot: snapshot}, nil
+	return &Module{
+		Digest:    digest,
+		compiled:  cm,
+		exports:   exports,
+		globals:   globals,
+		snapshot:  snapshot,
+		interrupt: inst.interrupt,
+		start:     inst.start,
+	}, nil
 }
 
 // ErrDeadlineExceeded is returned when a guest call runs past its deadline.
@@ -192,10 +210,17 @@ type exitPanic struct{ code uint32 }
 
 func (e *exitPanic) Error() string { return fmt.Sprintf("proc_exit(%d)", e.code) }
 
-// callError turns an error from a guest call into one of the package's errors.
-func callError(ctx context.Context, err error, stderr string) error {
+// callError turns an error from a guest call into one of the package's
+// errors. interrupted reports that the interrupt flag stopped the call.
+func callError(ctx context.Context, err error, stderr string, interrupted bool) error {
 	if err == nil {
 		return nil
+	}
+	if interrupted {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return ErrDeadlineExceeded
+		}
+		return fmt.Errorf("guest call interrupted: %w", ctx.Err())
 	}
 	var exit *exitPanic
 	if errors.As(err, &exit) {
@@ -203,13 +228,7 @@ func callError(ctx context.Context, err error, stderr string) error {
 	}
 	var sysExit *sys.ExitError
 	if errors.As(err, &sysExit) {
-		if sysExit.ExitCode() == sys.ExitCodeDeadlineExceeded || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return ErrDeadlineExceeded
-		}
 		return &ExitError{Code: sysExit.ExitCode(), Stderr: stderr}
-	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return ErrDeadlineExceeded
 	}
 	return &TrapError{Stderr: stderr, err: err}
 }
@@ -251,4 +270,36 @@ func moduleConfig(sink *stdio, args ...string) wazero.ModuleConfig {
 		WithSysWalltime().
 		WithSysNanotime().
 		WithRandSource(rand.Reader)
+}
+
+// interruptible is a guest instance whose interrupt flag a deadline sets.
+type interruptible struct {
+	flag api.MutableGlobal
+	mu   sync.Mutex // held while the flag is being set
+	set  bool
+}
+
+// guard arranges for the flag to be set when ctx is done, and returns a
+// function to call once the guest call has returned: it cancels the
+// arrangement (waiting for a concurrent setting to finish) and reports
+// whether the flag was set.
+func (it *interruptible) guard(ctx context.Context) (done func() (interrupted bool)) {
+	if ctx.Done() == nil {
+		return func() bool { return false }
+	}
+	stop := context.AfterFunc(ctx, func() {
+		it.mu.Lock()
+		it.flag.Set(1)
+		it.set = true
+		it.mu.Unlock()
+	})
+	return func() bool {
+		if !stop() {
+			it.mu.Lock() // the function started: wait until it is done
+			it.mu.Unlock()
+		}
+		set := it.set
+		it.set = false
+		return set
+	}
 }

@@ -33,6 +33,7 @@ type Wapc struct {
 // instance is one wazero module instance with the memory it runs on. It is
 // used by one goroutine at a time.
 type instance struct {
+	interruptible
 	mod     api.Module
 	mem     *linearMemory
 	sink    *stdio
@@ -106,13 +107,18 @@ func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, e
 		if memErr != nil {
 			return nil, memErr
 		}
-		return nil, fmt.Errorf("instantiating module: %w", callError(ctx, err, st.stderrText()))
+		return nil, fmt.Errorf("instantiating module: %w", callError(ctx, err, st.stderrText(), false))
 	}
 	if mod.Memory() == nil {
 		_ = mod.Close(ctx)
 		return nil, errors.New("the module has no memory")
 	}
 	in := &instance{mod: mod, mem: mem, sink: sink, call: mod.ExportedFunction("__guest_call")}
+	in.flag, _ = mod.ExportedGlobal(w.mod.interrupt).(api.MutableGlobal)
+	if in.flag == nil {
+		_ = mod.Close(ctx)
+		return nil, errors.New("the interrupt flag is missing")
+	}
 	for _, name := range w.mod.globals {
 		g, ok := mod.ExportedGlobal(name).(api.MutableGlobal)
 		if !ok {
@@ -124,24 +130,28 @@ func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, e
 	return in, nil
 }
 
-// initialise runs the module's init functions. proc_exit(0) from one of them
-// is not an error (TinyGo's _start ends that way).
+// initialise runs the module's former start section, then its init
+// functions. proc_exit(0) from one of them is not an error (TinyGo's _start
+// ends that way).
 func (w *Wapc) initialise(ctx context.Context, in *instance) error {
 	st := newCallState(nil)
 	in.sink.call = st
 	defer func() { in.sink.call = nil }()
 	cctx := context.WithValue(ctx, callKey{}, st)
-	for _, name := range wapcInitFunctions {
+	for _, name := range append([]string{startExport}, wapcInitFunctions...) {
 		fn := in.mod.ExportedFunction(name)
 		if fn == nil {
 			continue
 		}
-		if _, err := fn.Call(cctx); err != nil {
+		done := in.guard(ctx)
+		_, err := fn.Call(cctx)
+		interrupted := done()
+		if err != nil {
 			var exit *exitPanic
-			if errors.As(err, &exit) && exit.code == 0 {
+			if errors.As(err, &exit) && exit.code == 0 && !interrupted {
 				continue
 			}
-			return fmt.Errorf("initialising module (%s): %w", name, callError(ctx, err, st.stderrText()))
+			return fmt.Errorf("initialising module (%s): %w", name, callError(ctx, err, st.stderrText(), interrupted))
 		}
 	}
 	return nil
@@ -240,12 +250,14 @@ func (w *Wapc) Call(ctx context.Context, host HostCaller, op string, payload []b
 	st := newCallState(host)
 	st.op, st.payload = []byte(op), payload
 	in.sink.call = st
+	done := in.guard(ctx)
 	res, err := in.call.Call(context.WithValue(ctx, callKey{}, st), uint64(len(op)), uint64(len(payload)))
+	interrupted := done()
 	in.sink.call = nil
 	if err != nil {
 		in.close(ctx)
-		err = callError(ctx, err, st.stderrText())
-		if errors.Is(err, ErrDeadlineExceeded) {
+		err = callError(ctx, err, st.stderrText(), interrupted)
+		if interrupted {
 			return nil, err
 		}
 		return nil, &GuestCallError{Msg: err.Error(), err: err}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/tetratelabs/wazero/api"
 )
 
 // WASIResult is what a WASI command wrote.
@@ -27,21 +29,32 @@ func (r *Runtime) RunWASI(ctx context.Context, m *Module, host HostCaller, comma
 	st := newCallState(host)
 	st.stdin = input
 	sink := &stdio{call: st}
-	cfg := moduleConfig(sink, wasiProgramName, command).WithStartFunctions("_start")
-	mod, err := r.rt.InstantiateModule(context.WithValue(ctx, callKey{}, st), m.compiled, cfg)
-	if mod != nil {
-		defer mod.Close(ctx)
+	cctx := context.WithValue(ctx, callKey{}, st)
+	mod, err := r.rt.InstantiateModule(cctx, m.compiled, moduleConfig(sink, wasiProgramName, command))
+	if err != nil {
+		return WASIResult{}, fmt.Errorf("instantiating module: %w", err)
 	}
+	defer mod.Close(ctx)
+	it := &interruptible{}
+	if it.flag, _ = mod.ExportedGlobal(m.interrupt).(api.MutableGlobal); it.flag == nil {
+		return WASIResult{}, errors.New("the interrupt flag is missing")
+	}
+	done := it.guard(ctx)
+	for _, name := range []string{startExport, "_start"} {
+		if fn := mod.ExportedFunction(name); fn != nil {
+			if _, err = fn.Call(cctx); err != nil {
+				break
+			}
+		}
+	}
+	interrupted := done()
 	res := WASIResult{Stdout: st.stdout.buf, Stderr: st.stderrText()}
 	if err != nil {
 		var exit *exitPanic
-		if errors.As(err, &exit) && exit.code == 0 {
+		if errors.As(err, &exit) && exit.code == 0 && !interrupted {
 			return res, nil
 		}
-		return res, callError(ctx, err, res.Stderr)
-	}
-	if mod == nil {
-		return res, fmt.Errorf("instantiating module: no instance")
+		return res, callError(ctx, err, res.Stderr, interrupted)
 	}
 	return res, nil
 }
