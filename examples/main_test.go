@@ -104,6 +104,7 @@ func newServer(t *testing.T, l layout, logs io.Writer) (*policyserver.Server, er
 		t.Fatalf("parseServerArgs(%q) = exit %d: %s", args, code, stderr.String())
 	}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
+	policyserver.SetGOMAXPROCS(opts.Workers) // as policyserver.Main does
 	return policyserver.New(t.Context(), opts.Options, logger)
 }
 

@@ -43,7 +43,6 @@ type Engine struct {
 	alwaysAcceptNamespace string
 	recorder              Recorder
 	logger                *slog.Logger
-	slots                 chan struct{} // bounds guest calls in flight, see Options.Workers
 	runners               []runner
 }
 
@@ -183,21 +182,16 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, uid string, request, b
 	return resp, vr.MutatedObject
 }
 
-// acquire takes a slot for a guest call: one of the policy's and one of the
-// engine's. It waits while they are all taken, until ctx is done.
+// acquire takes one of the policy's slots for a guest call, waiting until
+// ctx is done. The runtime bounds guest calls overall; this bounds one
+// policy's share, so that a policy that loops cannot take every slot.
 func (e *Engine) acquire(ctx context.Context, p *Policy) (release func(), err error) {
 	select {
 	case p.inflight <- struct{}{}:
+		return func() { <-p.inflight }, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	select {
-	case e.slots <- struct{}{}:
-	case <-ctx.Done():
-		<-p.inflight
-		return nil, ctx.Err()
-	}
-	return func() { <-e.slots; <-p.inflight }, nil
 }
 
 // postProcess applies monitor mode, the mutation gate and the custom

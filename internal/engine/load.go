@@ -36,9 +36,10 @@ type Options struct {
 	// evaluation.
 	AlwaysAcceptNamespace string
 
-	// Workers is how many guest calls of one policy run at once; the engine
-	// runs at most 2*Workers at once overall, so a policy that loops cannot
-	// take every slot. Zero means the number of CPUs.
+	// Workers is how many guest calls of one policy run at once (the
+	// runtime bounds them overall); keep it below Runtime.GuestSlots so a
+	// policy that loops cannot take every slot. Zero means the number of
+	// CPUs.
 	Workers int
 
 	// CompatVersion is the Kubewarden version whose minimumKubewardenVersion
@@ -78,7 +79,6 @@ func Load(ctx context.Context, configs map[string]*PolicyConfig, opts Options) (
 		alwaysAcceptNamespace: opts.AlwaysAcceptNamespace,
 		recorder:              opts.Recorder,
 		logger:                opts.Logger,
-		slots:                 make(chan struct{}, 2*opts.Workers),
 	}
 	l := &loader{opts: opts, modules: map[string]*moduleLoad{}}
 	ids := sortedKeys(configs)

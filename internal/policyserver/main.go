@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 
 	"github.com/spf13/pflag"
+	"go.opentelemetry.io/otel"
 
 	"github.com/wardenhq/warden/internal/buildinfo"
 	"github.com/wardenhq/warden/internal/observability"
@@ -45,10 +45,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return 2
 	}
+	// OTLP export failures surface through OpenTelemetry's global handler.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		logger.Warn("metrics export failed", observability.KeyError, err)
+	}))
 	if getenv("GOMAXPROCS") == "" {
-		// Guest code cannot be preempted by the Go scheduler: keep a P free
-		// for the HTTP server and timers while every guest slot is busy.
-		runtime.GOMAXPROCS(2*opts.Workers + 1)
+		SetGOMAXPROCS(opts.Workers)
 	}
 	srv, err := New(ctx, opts, logger)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,17 @@ type Server struct {
 
 	main, readiness, metricsLn net.Listener
 	ready                      atomic.Bool
+}
+
+// SetGOMAXPROCS gives the process 2*workers+1 Ps (never fewer than it has):
+// the wasm runtime runs guest code on all but one of them, so each policy's
+// workers leave room for the others and a P stays free for the HTTP server
+// and the timers that interrupt guests (the Go scheduler cannot preempt guest
+// code). Call it before New.
+func SetGOMAXPROCS(workers int) {
+	if want := 2*workers + 1; runtime.GOMAXPROCS(0) < want {
+		runtime.GOMAXPROCS(want)
+	}
 }
 
 // New loads the policies and binds the listeners; Serve starts answering.
@@ -88,6 +101,10 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	}
 	s.engine.Store(eng)
 	logger.InfoContext(ctx, "policies loaded", "count", len(configs), "duration", time.Since(start).Round(time.Millisecond))
+	// Loading leaves behind garbage several times the size of the modules
+	// (decoded, rewritten and compiled copies): hand it back to the OS now
+	// rather than when the scavenger gets to it.
+	debug.FreeOSMemory()
 
 	if opts.CertFile != "" {
 		s.tls, err = certwatch.New(opts.CertFile, opts.KeyFile, opts.ClientCAFiles, logger)

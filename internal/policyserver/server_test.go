@@ -87,6 +87,7 @@ func startServer(t *testing.T, opts policyserver.Options) *testServer {
 	opts.CertFile, opts.KeyFile = ca.Server(t).WriteFiles(t, t.TempDir(), "")
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	policyserver.SetGOMAXPROCS(opts.Workers) // as Main does
 	srv, err := policyserver.New(context.Background(), opts, logger)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -36,12 +37,18 @@ const DefaultMemoryLimitBytes = 512 << 20
 
 const pageSize = 65536
 
-// Runtime compiles modules and runs them. It is safe for concurrent use.
+// Runtime compiles modules and runs them. It is safe for concurrent use. A
+// process should have one: see guestSlots.
 type Runtime struct {
 	rt       wazero.Runtime
 	cache    wazero.CompilationCache
 	memLimit uint64
 	logger   *slog.Logger
+	// guestSlots bounds the goroutines running guest code at once to
+	// GOMAXPROCS-1 (at least 1), as of NewRuntime. The Go scheduler cannot
+	// preempt guest machine code, so a free P is what lets the timers that
+	// interrupt guests past their deadline run at all.
+	guestSlots chan struct{}
 
 	mu       sync.Mutex
 	compiled map[string]*compileEntry // by digest of the original bytes
@@ -83,11 +90,12 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Runtime{
-		rt:       wazero.NewRuntimeWithConfig(ctx, rc),
-		cache:    cache,
-		memLimit: pages * pageSize,
-		logger:   logger,
-		compiled: map[string]*compileEntry{},
+		rt:         wazero.NewRuntimeWithConfig(ctx, rc),
+		cache:      cache,
+		memLimit:   pages * pageSize,
+		logger:     logger,
+		guestSlots: make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 1)),
+		compiled:   map[string]*compileEntry{},
 	}
 	if err := r.instantiateHostModules(ctx); err != nil {
 		_ = r.rt.Close(ctx)
@@ -270,6 +278,19 @@ func moduleConfig(sink *stdio, args ...string) wazero.ModuleConfig {
 		WithSysWalltime().
 		WithSysNanotime().
 		WithRandSource(rand.Reader)
+}
+
+// GuestSlots is how many guest calls the runtime runs at once.
+func (r *Runtime) GuestSlots() int { return cap(r.guestSlots) }
+
+// enterGuest waits for a guest slot; the returned function gives it back.
+func (r *Runtime) enterGuest(ctx context.Context) (leave func(), err error) {
+	select {
+	case r.guestSlots <- struct{}{}:
+		return func() { <-r.guestSlots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // interruptible is a guest instance whose interrupt flag a deadline sets.

@@ -58,6 +58,11 @@ func (r *Runtime) NewWapc(ctx context.Context, m *Module, maxIdle int) (*Wapc, e
 		return nil, errors.New("the module does not export __guest_call: it is not a waPC module")
 	}
 	w := &Wapc{r: r, mod: m, maxIdle: max(maxIdle, 1)}
+	leave, err := r.enterGuest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	in, err := w.instantiate(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -243,6 +248,11 @@ func (w *Wapc) Close(ctx context.Context) {
 // response. host answers the guest's host calls. The call is bounded by ctx:
 // past its deadline the instance is stopped and ErrDeadlineExceeded returned.
 func (w *Wapc) Call(ctx context.Context, host HostCaller, op string, payload []byte) ([]byte, error) {
+	leave, err := w.r.enterGuest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	in, err := w.get(ctx)
 	if err != nil {
 		return nil, err

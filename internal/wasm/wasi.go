@@ -26,6 +26,11 @@ func (r *Runtime) RunWASI(ctx context.Context, m *Module, host HostCaller, comma
 	if !m.Exports("_start") {
 		return WASIResult{}, errors.New("the module does not export _start: it is not a WASI command")
 	}
+	leave, err := r.enterGuest(ctx)
+	if err != nil {
+		return WASIResult{}, err
+	}
+	defer leave()
 	st := newCallState(host)
 	st.stdin = input
 	sink := &stdio{call: st}
