@@ -27,7 +27,7 @@ func TestBuildPolicies(t *testing.T) {
 	cache := t.TempDir()
 
 	wapcHost := []string{"wapc", "wasi_snapshot_preview1"}
-	wasiHost := []string{"host", "wasi_snapshot_preview1"}
+	wasiHost := []string{"host", "kubewarden:javy/host", "wasi_snapshot_preview1"}
 	tests := []struct {
 		name       string
 		mode       string
@@ -45,6 +45,7 @@ func TestBuildPolicies(t *testing.T) {
 		{name: "wasi-log", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "wasi-garbage", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "wasi-fail", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
+		{name: "wasi-javy-log", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 	}
 
 	t.Run("the table lists every policy", func(t *testing.T) {

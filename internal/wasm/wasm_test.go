@@ -238,6 +238,16 @@ func TestRunWASI(t *testing.T) {
 			t.Errorf("host calls = %q", host.calls)
 		}
 	})
+	t.Run("kubewarden:javy/host call", func(t *testing.T) {
+		host := &recordingHost{}
+		res, err := rt.RunWASI(withTimeout(t, 10*time.Second), compile(t, rt, "wasi-javy-log"), host, "validate", []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(res.Stdout), `"accepted":true`) || len(host.calls) != 1 || !strings.Contains(host.calls[0], "wasi-javy-log called the host") {
+			t.Errorf("stdout %s, host calls %q", res.Stdout, host.calls)
+		}
+	})
 	t.Run("non-zero exit carries stderr", func(t *testing.T) {
 		_, err := rt.RunWASI(withTimeout(t, 10*time.Second), compile(t, rt, "wasi-fail"), nil, "validate", []byte(`{}`))
 		var exit *wasm.ExitError

@@ -1,0 +1,85 @@
+package policyserver
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func parse(t *testing.T, args []string, env map[string]string) (Options, error) {
+	t.Helper()
+	opts := DefaultOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	if err := fs.Parse(NormalizeSeconds(args)); err != nil {
+		return opts, err
+	}
+	if err := ApplyEnv(fs, func(k string) string { return env[k] }); err != nil {
+		return opts, err
+	}
+	return opts, opts.Validate()
+}
+
+func TestOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, o Options)
+		wantErr string
+	}{
+		{name: "defaults", check: func(t *testing.T, o Options) {
+			if o.Port != 3000 || o.ReadinessProbePort != 8081 || o.PolicyTimeout != 2*time.Second || o.PoliciesPath != "policies.yml" || o.Addr != "0.0.0.0" {
+				t.Errorf("%+v", o)
+			}
+		}},
+		{name: "Kubewarden environment variables", env: map[string]string{
+			"KUBEWARDEN_PORT": "8443", "KUBEWARDEN_POLICY_TIMEOUT": "5", "KUBEWARDEN_POLICIES": "/config/policies.yml",
+			"KUBEWARDEN_ALWAYS_ACCEPT_ADMISSION_REVIEWS_ON_NAMESPACE": "kubewarden", "KUBEWARDEN_CONTINUE_ON_ERRORS": "true", "NO_COLOR": "1",
+			"KUBEWARDEN_CERT_FILE": "/pki/tls.crt", "KUBEWARDEN_KEY_FILE": "/pki/tls.key", "KUBEWARDEN_CLIENT_CA_FILE": "/ca/ca.crt,/client-ca/client-ca.crt",
+		}, check: func(t *testing.T, o Options) {
+			if o.Port != 8443 || o.PolicyTimeout != 5*time.Second || o.PoliciesPath != "/config/policies.yml" || o.AlwaysAcceptNS != "kubewarden" ||
+				!o.ContinueOnErrors || !o.LogNoColor || len(o.ClientCAFiles) != 2 || o.ClientCAFiles[1] != "/client-ca/client-ca.crt" {
+				t.Errorf("%+v", o)
+			}
+		}},
+		{name: "a flag wins over its variable", args: []string{"--port", "9000"}, env: map[string]string{"KUBEWARDEN_PORT": "8443"},
+			check: func(t *testing.T, o Options) {
+				if o.Port != 9000 {
+					t.Errorf("port %d", o.Port)
+				}
+			}},
+		{name: "timeout in seconds or as a duration", args: []string{"--policy-timeout", "7"}, check: func(t *testing.T, o Options) {
+			if o.PolicyTimeout != 7*time.Second {
+				t.Errorf("%v", o.PolicyTimeout)
+			}
+		}},
+		{name: "timeout with =", args: []string{"--policy-timeout=250ms"}, check: func(t *testing.T, o Options) {
+			if o.PolicyTimeout != 250*time.Millisecond {
+				t.Errorf("%v", o.PolicyTimeout)
+			}
+		}},
+		{name: "bad variable", env: map[string]string{"KUBEWARDEN_PORT": "https"}, wantErr: `KUBEWARDEN_PORT="https"`},
+		{name: "cert without key", args: []string{"--cert-file", "c"}, wantErr: "--cert-file and --key-file go together"},
+		{name: "client CA without TLS", args: []string{"--client-ca-file", "ca"}, wantErr: "--client-ca-file requires --cert-file and --key-file"},
+		{name: "verification not yet", args: []string{"--verification-path", "v.yml"}, wantErr: "--verification-path is not supported yet"},
+		{name: "memory limit", args: []string{"--memory-limit", "0"}, wantErr: "--memory-limit must be between 1 and 4096 MiB"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parse(t, tt.args, tt.env)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, o)
+		})
+	}
+}
