@@ -244,14 +244,27 @@ func cacheKey(toolchain string, args []string, pkg string, mdDoc []byte, modRoot
 	fmt.Fprintf(h, "%s\x00%s\x00%q\x00%s\x00", keyVersion, toolchain, args, pkg)
 	writeBlob(h, mdDoc)
 
+	roots := append([]string{modRoot}, localReplacements(modRoot)...)
+	for _, root := range roots {
+		if err := hashTree(h, root, src); err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+// hashTree hashes the files of the module at root that a build of the policy
+// in src can read: everything but tests, hidden files, nested modules and the
+// directories of other policies.
+func hashTree(h io.Writer, root, src string) error {
 	otherPolicy := map[string]bool{} // directory -> holds another policy
-	err := filepath.WalkDir(modRoot, func(path string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		name := d.Name()
 		if d.IsDir() {
-			if path == modRoot {
+			if path == root {
 				return nil
 			}
 			if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" {
@@ -270,7 +283,7 @@ func cacheKey(toolchain string, args []string, pkg string, mdDoc []byte, modRoot
 			strings.HasSuffix(name, "_test.go") || otherPolicy[filepath.Dir(path)] {
 			return nil
 		}
-		rel, err := filepath.Rel(modRoot, path)
+		rel, err := filepath.Rel(root, path)
 		if err != nil {
 			return err
 		}
@@ -282,10 +295,32 @@ func cacheKey(toolchain string, args []string, pkg string, mdDoc []byte, modRoot
 		writeBlob(h, data)
 		return nil
 	})
+}
+
+// localReplacements returns the directories that the go.mod in modRoot
+// replaces modules with (replace X => ../dir): their sources are part of the
+// build too.
+func localReplacements(modRoot string) []string {
+	doc, err := os.ReadFile(filepath.Join(modRoot, "go.mod"))
 	if err != nil {
-		return "", err
+		return nil
 	}
-	return hex.EncodeToString(h.Sum(nil))[:32], nil
+	var dirs []string
+	for _, line := range strings.Split(string(doc), "\n") {
+		_, target, ok := strings.Cut(line, "=>")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(target)
+		if len(fields) == 1 && (strings.HasPrefix(fields[0], ".") || filepath.IsAbs(fields[0])) {
+			dir := fields[0]
+			if !filepath.IsAbs(dir) {
+				dir = filepath.Join(modRoot, dir)
+			}
+			dirs = append(dirs, dir)
+		}
+	}
+	return dirs
 }
 
 // writeBlob writes b to w prefixed by its length, so that concatenations of
