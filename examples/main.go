@@ -30,8 +30,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +44,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyserver"
 )
 
@@ -56,10 +55,6 @@ func main() {
 	stop()
 	os.Exit(code)
 }
-
-// rootModule is the module path of the Warden repository, whose go.mod
-// marks the directory run works in.
-const rootModule = "github.com/wardenhq/warden"
 
 // layout is where the runner reads and writes its files. Paths are relative
 // to the repository root unless a test sets them otherwise.
@@ -110,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return 1
 	}
-	root, err := findRepoRoot(wd)
+	root, err := policybuild.RepoRoot(wd)
 	if err != nil {
 		fmt.Fprintf(stderr, "Error: %v: run go run ./examples from the Warden repository\n", err)
 		return 1
@@ -227,36 +222,4 @@ certificate, and serves examples/policies.yml with Warden's policy server
 until Ctrl-C. The flags are the policy server's, with the runner's defaults:
 
 %s`, fs.FlagUsages())
-}
-
-// findRepoRoot returns the directory at or above dir whose go.mod declares
-// module github.com/wardenhq/warden.
-func findRepoRoot(dir string) (string, error) {
-	for d := dir; ; {
-		doc, err := os.ReadFile(filepath.Join(d, "go.mod"))
-		if err == nil && modulePath(doc) == rootModule {
-			return d, nil
-		}
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("looking for the repository root: %w", err)
-		}
-		parent := filepath.Dir(d)
-		if parent == d {
-			return "", fmt.Errorf("no go.mod of module %s at or above %s", rootModule, dir)
-		}
-		d = parent
-	}
-}
-
-// modulePath returns the path of the module directive of a go.mod, or "".
-func modulePath(gomod []byte) string {
-	sc := bufio.NewScanner(bytes.NewReader(gomod))
-	for sc.Scan() {
-		line, _, _ := strings.Cut(sc.Text(), "//")
-		f := strings.Fields(line)
-		if len(f) == 2 && f[0] == "module" {
-			return strings.Trim(f[1], "\"`")
-		}
-	}
-	return ""
 }

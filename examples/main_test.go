@@ -16,13 +16,14 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
 	"github.com/wardenhq/warden/internal/engine"
+	"github.com/wardenhq/warden/internal/logtest"
+	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyserver"
 )
 
@@ -34,7 +35,7 @@ func testRoot(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, err := findRepoRoot(wd)
+	root, err := policybuild.RepoRoot(wd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,24 +73,6 @@ func writePolicies(t *testing.T, l layout, extra string) {
 	if err := os.WriteFile(l.Policies, doc, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newServer creates a policy server as run does, from the runner's
@@ -137,7 +120,7 @@ team-fallback:
   allowedToMutate: true
 `)
 
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	srv, err := newServer(t, l, logs)
 	if err != nil {
 		t.Fatal(err)
@@ -426,15 +409,15 @@ func TestFindRepoRoot(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.dir, func(t *testing.T) {
-			got, err := findRepoRoot(tt.dir)
+			got, err := policybuild.RepoRoot(tt.dir)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("findRepoRoot = %q, %v; want an error containing %q", got, err, tt.wantErr)
+					t.Fatalf("RepoRoot = %q, %v; want an error containing %q", got, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil || got != tt.want {
-				t.Fatalf("findRepoRoot = %q, %v; want %q", got, err, tt.want)
+				t.Fatalf("RepoRoot = %q, %v; want %q", got, err, tt.want)
 			}
 		})
 	}

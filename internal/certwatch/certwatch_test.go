@@ -19,9 +19,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/wardenhq/warden/internal/logtest"
 )
 
 // --- fixtures ---------------------------------------------------------------
@@ -112,32 +113,8 @@ func writeFile(t *testing.T, path string, data []byte) {
 	}
 }
 
-// logBuffer collects log output; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *logBuffer) Reset() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Reset()
-}
-
-// lines returns the logged lines that contain msg.
-func (b *logBuffer) lines(msg string) []string {
+// logLines returns the logged lines that contain msg.
+func logLines(b *logtest.Buffer, msg string) []string {
 	var out []string
 	for line := range strings.Lines(b.String()) {
 		if strings.Contains(line, msg) {
@@ -235,9 +212,9 @@ func servedSerial(t *testing.T, addr string, roots *x509.CertPool, clientCert *t
 
 // start creates a Watcher on the files, runs it until the test ends and
 // serves TLS with it.
-func start(t *testing.T, certFile, keyFile string, caFiles []string, resync time.Duration) (*Watcher, *logBuffer, string) {
+func start(t *testing.T, certFile, keyFile string, caFiles []string, resync time.Duration) (*Watcher, *logtest.Buffer, string) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	w, err := New(certFile, keyFile, caFiles, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -254,7 +231,7 @@ func start(t *testing.T, certFile, keyFile string, caFiles []string, resync time
 		}
 	})
 	// Changes the test makes from now on happen after the watch is set up.
-	eventually(t, "watch set up", func() bool { return len(logs.lines(msgWatching)) > 0 })
+	eventually(t, "watch set up", func() bool { return len(logLines(logs, msgWatching)) > 0 })
 	return w, logs, serve(t, w.TLSConfig())
 }
 
@@ -326,13 +303,13 @@ func TestReloadPlainRewrite(t *testing.T) {
 	writeFile(t, certFile, cert2)
 	writeFile(t, keyFile, key2)
 	eventually(t, "serial 1002", func() bool { return servedSerial(t, addr, roots, nil) == 1002 })
-	eventually(t, "reload logged", func() bool { return len(logs.lines(msgCertReloaded)) > 0 })
+	eventually(t, "reload logged", func() bool { return len(logLines(logs, msgCertReloaded)) > 0 })
 
 	// A broken key: the previous pair keeps being served, and a warning says why.
 	logs.Reset()
 	writeFile(t, keyFile, []byte("-----BEGIN PRIVATE KEY-----\nbroken\n-----END PRIVATE KEY-----\n"))
-	eventually(t, "reload failure logged", func() bool { return len(logs.lines(msgCertReloadFailed)) > 0 })
-	if line := logs.lines(msgCertReloadFailed)[0]; !strings.Contains(line, "level=WARN") || !strings.Contains(line, "error=") {
+	eventually(t, "reload failure logged", func() bool { return len(logLines(logs, msgCertReloadFailed)) > 0 })
+	if line := logLines(logs, msgCertReloadFailed)[0]; !strings.Contains(line, "level=WARN") || !strings.Contains(line, "error=") {
 		t.Errorf("failure log = %q, want a warning with an error", line)
 	}
 	if got := servedSerial(t, addr, roots, nil); got != 1002 {
@@ -411,7 +388,7 @@ func TestReloadKubernetesSymlinkSwap(t *testing.T) {
 	logs.Reset()
 	cert3, _ := ca.issue(t, 2003, false)
 	secret.write(t, map[string][]byte{"tls.crt": cert3, "tls.key": key1})
-	eventually(t, "reload failure logged", func() bool { return len(logs.lines(msgCertReloadFailed)) > 0 })
+	eventually(t, "reload failure logged", func() bool { return len(logLines(logs, msgCertReloadFailed)) > 0 })
 	if got := servedSerial(t, addr, roots, nil); got != 2002 {
 		t.Errorf("serial after mismatched pair = %d, want 2002", got)
 	}
@@ -471,12 +448,12 @@ func TestMutualTLS(t *testing.T) {
 	if _, err := dial(addr, roots, trusted); err == nil {
 		t.Error("client of the replaced CA: accepted, want refused")
 	}
-	eventually(t, "CA reload logged", func() bool { return len(logs.lines(msgCAReloaded)) > 0 })
+	eventually(t, "CA reload logged", func() bool { return len(logLines(logs, msgCAReloaded)) > 0 })
 
 	// A client CA file without certificates keeps the previous pool.
 	logs.Reset()
 	writeFile(t, caFile, []byte("nothing here"))
-	eventually(t, "CA reload failure logged", func() bool { return len(logs.lines(msgCAReloadFailed)) > 0 })
+	eventually(t, "CA reload failure logged", func() bool { return len(logLines(logs, msgCAReloadFailed)) > 0 })
 	if _, err := dial(addr, roots, untrusted); err != nil {
 		t.Errorf("client of the current CA after a broken CA file: %v", err)
 	}

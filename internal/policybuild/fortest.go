@@ -33,26 +33,31 @@ func ForTest(t testing.TB, name string) string {
 	return path
 }
 
-// repoRoot returns the directory of the go.mod of module rootModule at or
-// above the working directory.
+// repoRoot returns the repository root at or above the working directory.
 func repoRoot() (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
-	for dir := wd; ; {
-		doc, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	return RepoRoot(wd)
+}
+
+// RepoRoot returns the directory of the go.mod of Warden's module
+// (github.com/wardenhq/warden) at or above dir.
+func RepoRoot(dir string) (string, error) {
+	for d := dir; ; {
+		doc, err := os.ReadFile(filepath.Join(d, "go.mod"))
 		if err == nil && modulePath(doc) == rootModule {
-			return dir, nil
+			return d, nil
 		}
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return "", err
+			return "", fmt.Errorf("looking for the repository root: %w", err)
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod of module %s at or above %s", rootModule, wd)
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("no go.mod of module %s at or above %s", rootModule, dir)
 		}
-		dir = parent
+		d = parent
 	}
 }
 

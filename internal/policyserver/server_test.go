@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/logtest"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/pkitest"
 	"github.com/wardenhq/warden/internal/policybuild"
@@ -31,24 +32,7 @@ type testServer struct {
 	client *http.Client
 	base   string
 	ready  string
-	logs   *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs   *logtest.Buffer
 }
 
 // module returns a file:// URL of a built test policy.
@@ -85,7 +69,7 @@ func startServer(t *testing.T, opts policyserver.Options) *testServer {
 	t.Helper()
 	ca := pkitest.NewCA(t, "test-ca")
 	opts.CertFile, opts.KeyFile = ca.Server(t).WriteFiles(t, t.TempDir(), "")
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	policyserver.SetGOMAXPROCS(opts.Workers) // as Main does
 	srv, err := policyserver.New(context.Background(), opts, logger)
