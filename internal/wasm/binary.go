@@ -107,9 +107,7 @@ func WithCustomSection(module []byte, name string, content []byte) ([]byte, erro
 	var body []byte
 	body = appendName(body, name)
 	body = append(body, content...)
-	out = append(out, sectionCustom)
-	out = binary.AppendUvarint(out, uint64(len(body)))
-	return append(out, body...), nil
+	return appendSection(out, sectionCustom, body), nil
 }
 
 // globalInfo describes one global defined (not imported) by a module.
@@ -146,8 +144,7 @@ func exportMutableGlobals(module []byte) (out []byte, names []string, ok bool, e
 	}
 	var importedGlobals uint32
 	var globals []globalInfo
-	exportAt := -1
-	for i, s := range sections {
+	for _, s := range sections {
 		switch s.id {
 		case sectionImport:
 			n, mutableImport, err := countGlobalImports(s.payload)
@@ -163,11 +160,9 @@ func exportMutableGlobals(module []byte) (out []byte, names []string, ok bool, e
 			if err != nil {
 				return nil, nil, false, fmt.Errorf("global section: %w", err)
 			}
-		case sectionExport:
-			exportAt = i
 		}
 	}
-	var extra []byte
+	var entries []byte
 	var count uint32
 	for i, g := range globals {
 		if !g.mutable {
@@ -176,56 +171,67 @@ func exportMutableGlobals(module []byte) (out []byte, names []string, ok bool, e
 		if !scalarType(g.valType) {
 			return module, nil, false, nil
 		}
-		name := snapshotGlobalPrefix + strconv.Itoa(int(importedGlobals)+i)
+		index := importedGlobals + uint32(i)
+		name := snapshotGlobalPrefix + strconv.Itoa(int(index))
 		names = append(names, name)
-		extra = appendName(extra, name)
-		extra = append(extra, 0x03) // export kind: global
-		extra = binary.AppendUvarint(extra, uint64(importedGlobals)+uint64(i))
+		entries = appendExportEntry(entries, name, exportKindGlobal, binary.AppendUvarint(nil, uint64(index)))
 		count++
 	}
 	if count == 0 {
 		return module, nil, true, nil
 	}
-	var existing []byte
-	var existingCount uint32
-	if exportAt >= 0 {
-		p := sections[exportAt].payload
-		c, n, err := readU32(p, 0)
-		if err != nil {
-			return nil, nil, false, fmt.Errorf("export section: %w", err)
-		}
-		existingCount, existing = c, p[n:]
-	}
-	var body []byte
-	body = binary.AppendUvarint(body, uint64(existingCount+count))
-	body = append(body, existing...)
-	body = append(body, extra...)
-	var sec []byte
-	sec = append(sec, sectionExport)
-	sec = binary.AppendUvarint(sec, uint64(len(body)))
-	sec = append(sec, body...)
-
-	out = make([]byte, 0, len(module)+len(extra)+8)
-	out = append(out, wasmMagic...)
-	inserted := false
-	for i, s := range sections {
-		if i == exportAt {
-			out = append(out, sec...)
-			inserted = true
-			continue
-		}
-		// Without an export section, insert one before the first section that
-		// must follow it (start, element, data count, code, data).
-		if !inserted && exportAt < 0 && s.id != sectionCustom && (s.id == 8 || s.id == 9 || s.id == 10 || s.id == 11 || s.id == 12) {
-			out = append(out, sec...)
-			inserted = true
-		}
-		out = append(out, module[s.start:s.end]...)
-	}
-	if !inserted {
-		out = append(out, sec...)
+	out, err = addExports(module, count, entries)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("export section: %w", err)
 	}
 	return out, names, true, nil
+}
+
+// Export kinds of the export section.
+const (
+	exportKindFunc   = 0x00
+	exportKindGlobal = 0x03
+)
+
+// appendExportEntry appends one export entry: name, kind and the encoded
+// index.
+func appendExportEntry(b []byte, name string, kind byte, index []byte) []byte {
+	b = appendName(b, name)
+	b = append(b, kind)
+	return append(b, index...)
+}
+
+// addExports returns a copy of module with count more export entries
+// (encoded by appendExportEntry): appended to its export section, or in a new
+// one where the order of sections wants it.
+func addExports(module []byte, count uint32, entries []byte) ([]byte, error) {
+	sections, err := parseSections(module)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range sections {
+		if s.id != sectionExport {
+			continue
+		}
+		n, k, err := readU32(s.payload, 0)
+		if err != nil {
+			return nil, err
+		}
+		body := binary.AppendUvarint(nil, uint64(n+count))
+		body = append(append(body, s.payload[k:]...), entries...)
+		out := make([]byte, 0, len(module)+len(entries)+8)
+		out = append(out, module[:s.start]...)
+		out = appendSection(out, sectionExport, body)
+		return append(out, module[s.end:]...), nil
+	}
+	return insertSection(module, sectionExport, append(binary.AppendUvarint(nil, uint64(count)), entries...))
+}
+
+// appendSection appends a section with the given id and body.
+func appendSection(b []byte, id byte, body []byte) []byte {
+	b = append(b, id)
+	b = binary.AppendUvarint(b, uint64(len(body)))
+	return append(b, body...)
 }
 
 func countGlobalImports(p []byte) (count uint32, mutable bool, err error) {

@@ -113,49 +113,31 @@ func instrument(module []byte) (*instrumented, error) {
 
 	out := make([]byte, 0, len(module)+len(module)/8+64)
 	out = append(out, wasmMagic...)
-	appendSection := func(id byte, body []byte) {
-		out = append(out, id)
-		out = binary.AppendUvarint(out, uint64(len(body)))
-		out = append(out, body...)
-	}
 	globalsWritten := false
 	for i, s := range sections {
 		switch {
 		case i == globalsAt:
-			appendSection(sectionGlobal, newGlobals)
+			out = appendSection(out, sectionGlobal, newGlobals)
 			globalsWritten = true
 			continue
 		case i == codeAt:
-			appendSection(sectionCode, newCode)
+			out = appendSection(out, sectionCode, newCode)
 			continue
 		case i == startAt:
 			continue
 		case !globalsWritten && globalsAt < 0 && s.id != sectionCustom && sectionOrder(s.id) > sectionOrder(sectionGlobal):
-			appendSection(sectionGlobal, newGlobals)
+			out = appendSection(out, sectionGlobal, newGlobals)
 			globalsWritten = true
-		}
-		if s.id == sectionExport && startFunc != nil {
-			body, err := appendExport(s.payload, startExport, 0x00, startFunc)
-			if err != nil {
-				return nil, fmt.Errorf("export section: %w", err)
-			}
-			appendSection(sectionExport, body)
-			startFunc = nil
-			continue
 		}
 		out = append(out, module[s.start:s.end]...)
 	}
 	if !globalsWritten {
-		appendSection(sectionGlobal, newGlobals)
+		out = appendSection(out, sectionGlobal, newGlobals)
 	}
-	if startFunc != nil { // no export section: add one holding the start export
-		body, err := appendExport([]byte{0}, startExport, 0x00, startFunc)
+	if startFunc != nil { // the start function becomes an export
+		out, err = addExports(out, 1, appendExportEntry(nil, startExport, exportKindFunc, startFunc))
 		if err != nil {
-			return nil, err
-		}
-		out, err = insertSection(out, sectionExport, body)
-		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("export section: %w", err)
 		}
 	}
 	return &instrumented{
@@ -184,10 +166,7 @@ func insertSection(module []byte, id byte, body []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var sec []byte
-	sec = append(sec, id)
-	sec = binary.AppendUvarint(sec, uint64(len(body)))
-	sec = append(sec, body...)
+	sec := appendSection(nil, id, body)
 	out := append([]byte(nil), wasmMagic...)
 	done := false
 	for _, s := range sections {
@@ -201,19 +180,6 @@ func insertSection(module []byte, id byte, body []byte) ([]byte, error) {
 		out = append(out, sec...)
 	}
 	return out, nil
-}
-
-// appendExport returns an export section body with one more export.
-func appendExport(payload []byte, name string, kind byte, index []byte) ([]byte, error) {
-	n, k, err := readU32(payload, 0)
-	if err != nil {
-		return nil, err
-	}
-	body := binary.AppendUvarint(nil, uint64(n+1))
-	body = append(body, payload[k:]...)
-	body = appendName(body, name)
-	body = append(body, kind)
-	return append(body, index...), nil
 }
 
 // instrumentCode rewrites the code section: check at the entry of every
