@@ -103,24 +103,11 @@ func (e *Engine) Validate(ctx context.Context, policyID string, req *admission.R
 		e.recorder.RecordEvaluation(ctx, rec, time.Since(start))
 		return &admission.Response{UID: req.UID, Allowed: true}, nil
 	}
-	if p.initErr != nil {
-		e.recorder.RecordInitializationError(ctx, policyID, p.initErr.Error())
-		return reject(req.UID, p.initErr.Error(), 500), nil
-	}
 	base := req.Object
 	if !req.HasObject() {
 		base = nil
 	}
-	resp, mutatedObject := e.evaluate(ctx, p, req.UID, req.Raw, base)
-	rec.Accepted, rec.Mutated = resp.Allowed, resp.Patch != nil
-	if resp.Status != nil {
-		rec.ErrorCode = resp.Status.Code
-	}
-	if origin == OriginValidate {
-		resp = e.postProcess(ctx, p, resp, mutatedObject)
-	}
-	e.recorder.RecordEvaluation(ctx, rec, time.Since(start))
-	return resp, nil
+	return e.run(ctx, p, start, rec, req.UID, req.Raw, base, origin == OriginValidate), nil
 }
 
 // ValidateRaw evaluates a raw request (compat 2.5): any JSON value, handed to
@@ -136,18 +123,29 @@ func (e *Engine) ValidateRaw(ctx context.Context, policyID string, raw json.RawM
 	}
 	_ = json.Unmarshal(raw, &withUID) // the uid is optional; any JSON value is a valid raw request
 	rec := observability.Evaluation{PolicyName: policyID, PolicyMode: p.Mode, Raw: true}
+	return e.run(ctx, p, start, rec, withUID.UID, raw, raw, true), nil
+}
+
+// run answers a request with policy p: its load error if it failed to load,
+// else its evaluation, post-processed when asked (not for audits). The
+// metrics record the policy's own answer, before post-processing, as
+// Kubewarden's do.
+func (e *Engine) run(ctx context.Context, p *Policy, start time.Time, rec observability.Evaluation,
+	uid string, request, base json.RawMessage, postProcess bool) *admission.Response {
 	if p.initErr != nil {
-		e.recorder.RecordInitializationError(ctx, policyID, p.initErr.Error())
-		return reject(withUID.UID, p.initErr.Error(), 500), nil
+		e.recorder.RecordInitializationError(ctx, p.ID, p.initErr.Error())
+		return reject(uid, p.initErr.Error(), 500)
 	}
-	resp, mutatedObject := e.evaluate(ctx, p, withUID.UID, raw, raw)
+	resp, mutatedObject := e.evaluate(ctx, p, uid, request, base)
 	rec.Accepted, rec.Mutated = resp.Allowed, resp.Patch != nil
 	if resp.Status != nil {
 		rec.ErrorCode = resp.Status.Code
 	}
-	resp = e.postProcess(ctx, p, resp, mutatedObject)
+	if postProcess {
+		resp = e.postProcess(ctx, p, resp, mutatedObject)
+	}
 	e.recorder.RecordEvaluation(ctx, rec, time.Since(start))
-	return resp, nil
+	return resp
 }
 
 // evaluate runs the policy and converts its answer; failures become
