@@ -34,7 +34,8 @@ func writeError(w http.ResponseWriter, status int, message string) {
 }
 
 // readJSON reads a bounded JSON body. On failure it has answered with the
-// status and message axum's Json extractor uses, and returns nil.
+// status and message axum's Json extractor uses, and returns nil. Decoding
+// errors are the caller's: see decodeError.
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) []byte {
 	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || (mediaType != "application/json" && !isJSONSuffix(mediaType)) {
@@ -52,11 +53,6 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) []byte {
 		writeError(w, http.StatusBadRequest, "Failed to buffer the request body: "+err.Error())
 		return nil
 	}
-	if !json.Valid(body) {
-		var v any
-		writeError(w, http.StatusBadRequest, "Failed to parse the request body as JSON: "+syntaxError(json.Unmarshal(body, &v)))
-		return nil
-	}
 	return body
 }
 
@@ -64,18 +60,15 @@ func isJSONSuffix(mediaType string) bool {
 	return len(mediaType) > 5 && mediaType[len(mediaType)-5:] == "+json"
 }
 
-func syntaxError(err error) string {
-	if err == nil {
-		return "invalid JSON"
-	}
+// decodeError answers a body that did not decode, as axum's Json extractor
+// does: 400 when it is not JSON (encoding/json checks the whole document
+// before decoding any of it), 422 when it is JSON of the wrong shape.
+func decodeError(w http.ResponseWriter, err error) {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return fmt.Sprintf("%s at offset %d", se.Error(), se.Offset)
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("Failed to parse the request body as JSON: %s at offset %d", se.Error(), se.Offset))
+		return
 	}
-	return err.Error()
-}
-
-func deserializeError(w http.ResponseWriter, err error) {
 	writeError(w, http.StatusUnprocessableEntity, "Failed to deserialize the JSON body into the target type: "+err.Error())
 }
 
@@ -88,7 +81,7 @@ func (s *Server) handleReview(origin engine.Origin) http.HandlerFunc {
 		}
 		req, err := admission.DecodeReview(body)
 		if err != nil {
-			deserializeError(w, err)
+			decodeError(w, err)
 			return
 		}
 		id := r.PathValue("id")
@@ -118,11 +111,11 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 	}
 	var in rawReview
 	if err := json.Unmarshal(body, &in); err != nil {
-		deserializeError(w, err)
+		decodeError(w, err)
 		return
 	}
 	if len(in.Request) == 0 {
-		deserializeError(w, errors.New("missing field `request`"))
+		decodeError(w, errors.New("missing field `request`"))
 		return
 	}
 	id := r.PathValue("id")
