@@ -107,7 +107,7 @@ func (e *Engine) Validate(ctx context.Context, policyID string, req *admission.R
 	if !req.HasObject() {
 		base = nil
 	}
-	return e.run(ctx, p, start, rec, req.UID, req.Raw, base, origin == OriginValidate), nil
+	return e.run(ctx, p, start, rec, call{uid: req.UID, request: req.Raw, base: base}, origin == OriginValidate), nil
 }
 
 // ValidateRaw evaluates a raw request (compat 2.5): any JSON value, handed to
@@ -123,7 +123,15 @@ func (e *Engine) ValidateRaw(ctx context.Context, policyID string, raw json.RawM
 	}
 	_ = json.Unmarshal(raw, &withUID) // the uid is optional; any JSON value is a valid raw request
 	rec := observability.Evaluation{PolicyName: policyID, PolicyMode: p.Mode, Raw: true}
-	return e.run(ctx, p, start, rec, withUID.UID, raw, raw, true), nil
+	return e.run(ctx, p, start, rec, call{uid: withUID.UID, request: raw, base: raw, raw: true}, true), nil
+}
+
+// call is one request to answer.
+type call struct {
+	uid     string
+	request json.RawMessage // as received: an AdmissionRequest, or a raw request
+	base    json.RawMessage // what a mutation is diffed against; nil when there is no object
+	raw     bool
 }
 
 // run answers a request with policy p: its load error if it failed to load,
@@ -131,12 +139,12 @@ func (e *Engine) ValidateRaw(ctx context.Context, policyID string, raw json.RawM
 // metrics record the policy's own answer, before post-processing, as
 // Kubewarden's do.
 func (e *Engine) run(ctx context.Context, p *Policy, start time.Time, rec observability.Evaluation,
-	uid string, request, base json.RawMessage, postProcess bool) *admission.Response {
+	c call, postProcess bool) *admission.Response {
 	if p.initErr != nil {
 		e.recorder.RecordInitializationError(ctx, p.ID, p.initErr.Error())
-		return reject(uid, p.initErr.Error(), 500)
+		return reject(c.uid, p.initErr.Error(), 500)
 	}
-	resp, mutatedObject := e.evaluate(ctx, p, uid, request, base)
+	resp, mutatedObject := e.evaluate(ctx, p, c)
 	rec.Accepted, rec.Mutated = resp.Allowed, resp.Patch != nil
 	if resp.Status != nil {
 		rec.ErrorCode = resp.Status.Code
@@ -151,7 +159,8 @@ func (e *Engine) run(ctx context.Context, p *Policy, start time.Time, rec observ
 // evaluate runs the policy and converts its answer; failures become
 // rejections with code 500, as in Kubewarden. It also returns the mutated
 // object, for the monitor-mode log.
-func (e *Engine) evaluate(ctx context.Context, p *Policy, uid string, request, base json.RawMessage) (*admission.Response, json.RawMessage) {
+func (e *Engine) evaluate(ctx context.Context, p *Policy, c call) (*admission.Response, json.RawMessage) {
+	uid := c.uid
 	release, err := e.acquire(ctx, p)
 	if err != nil {
 		return internalError(uid, err.Error()), nil
@@ -160,7 +169,7 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, uid string, request, b
 	if p.timeout > 0 {
 		cctx, cancel = context.WithTimeout(ctx, p.timeout)
 	}
-	vr, err := p.run.validate(cctx, p.host, validationInput(request, p.settings))
+	vr, err := p.run.validate(cctx, p.host, evalInput{request: c.request, settings: p.settings, raw: c.raw})
 	cancel()
 	release()
 	if err != nil {
@@ -173,7 +182,7 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, uid string, request, b
 			observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, observability.KeyError, err)
 		return internalError(uid, err.Error()), nil
 	}
-	resp, err := toAdmissionResponse(uid, base, vr)
+	resp, err := toAdmissionResponse(uid, c.base, vr)
 	if err != nil {
 		return internalError(uid, err.Error()), nil
 	}

@@ -84,14 +84,3 @@ func toAdmissionResponse(uid string, base json.RawMessage, vr *validationRespons
 func isNull(raw json.RawMessage) bool {
 	return len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
 }
-
-// validationInput is the ValidationRequest handed to a policy:
-// {"request": <request as received>, "settings": <settings>}.
-func validationInput(request, settings json.RawMessage) []byte {
-	b := make([]byte, 0, len(request)+len(settings)+26)
-	b = append(b, `{"request":`...)
-	b = append(b, request...)
-	b = append(b, `,"settings":`...)
-	b = append(b, settings...)
-	return append(b, '}')
-}

@@ -14,17 +14,37 @@ import (
 type runner interface {
 	// validate returns the policy's ValidationResponse, or the message of
 	// an internal-server-error rejection.
-	validate(ctx context.Context, host wasm.HostCaller, input []byte) (*validationResponse, error)
+	validate(ctx context.Context, host wasm.HostCaller, in evalInput) (*validationResponse, error)
 	// validateSettings returns the policy's verdict on settings.
 	validateSettings(ctx context.Context, host wasm.HostCaller, settings []byte) settingsValidationResponse
 	close(ctx context.Context)
 }
 
+// evalInput is what one evaluation hands a runner.
+type evalInput struct {
+	// request is the AdmissionRequest as received, or any JSON value for a
+	// raw request.
+	request  json.RawMessage
+	settings json.RawMessage
+	raw      bool
+}
+
+// validationRequest is the ValidationRequest handed to waPC and WASI
+// policies: {"request": <request as received>, "settings": <settings>}.
+func (in evalInput) validationRequest() []byte {
+	b := make([]byte, 0, len(in.request)+len(in.settings)+26)
+	b = append(b, `{"request":`...)
+	b = append(b, in.request...)
+	b = append(b, `,"settings":`...)
+	b = append(b, in.settings...)
+	return append(b, '}')
+}
+
 // wapcRunner runs kubewarden-wapc modules (compat 1).
 type wapcRunner struct{ w *wasm.Wapc }
 
-func (r wapcRunner) validate(ctx context.Context, host wasm.HostCaller, input []byte) (*validationResponse, error) {
-	out, err := r.w.Call(ctx, host, "validate", input)
+func (r wapcRunner) validate(ctx context.Context, host wasm.HostCaller, in evalInput) (*validationResponse, error) {
+	out, err := r.w.Call(ctx, host, "validate", in.validationRequest())
 	if err != nil {
 		return nil, err
 	}
@@ -63,8 +83,8 @@ type wasiRunner struct {
 	onWarn func(ctx context.Context, op, stderr string)
 }
 
-func (r wasiRunner) validate(ctx context.Context, host wasm.HostCaller, input []byte) (*validationResponse, error) {
-	res, err := r.rt.RunWASI(ctx, r.mod, host, "validate", input)
+func (r wasiRunner) validate(ctx context.Context, host wasm.HostCaller, in evalInput) (*validationResponse, error) {
+	res, err := r.rt.RunWASI(ctx, r.mod, host, "validate", in.validationRequest())
 	if err != nil {
 		var exit *wasm.ExitError
 		if errors.As(err, &exit) {
