@@ -57,6 +57,30 @@ func (c *PolicyConfig) IsGroup() bool {
 	return c.Policies != nil || c.Expression != ""
 }
 
+// modules returns the module URIs the entry uses: its own, or its members'.
+func (c *PolicyConfig) modules() []string {
+	if !c.IsGroup() {
+		return []string{c.Module}
+	}
+	out := make([]string, 0, len(c.Policies))
+	for _, name := range sortedKeys(c.Policies) {
+		out = append(out, c.Policies[name].Module)
+	}
+	return out
+}
+
+// config returns the member as a single policy: protect mode, no mutation
+// allowed, no custom message (compat 3.5).
+func (m *GroupMember) config() *PolicyConfig {
+	return &PolicyConfig{
+		Module:                m.Module,
+		Settings:              m.Settings,
+		ContextAwareResources: m.ContextAwareResources,
+		TimeoutEvalSeconds:    m.TimeoutEvalSeconds,
+		HostCapabilities:      m.HostCapabilities,
+	}
+}
+
 // Mode returns the policy mode, protect by default.
 func (c *PolicyConfig) Mode() string {
 	if c.PolicyMode == "" {

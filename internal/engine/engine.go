@@ -59,6 +59,7 @@ type Policy struct {
 	run      runner
 	host     *hostCalls
 	inflight chan struct{} // bounds this policy's share of the slots
+	group    *policyGroup  // set for a policy group, which has no runner
 
 	// initErr is set when the policy failed to load and the engine was
 	// built with ContinueOnErrors: every request is rejected with it.
@@ -160,6 +161,9 @@ func (e *Engine) run(ctx context.Context, p *Policy, start time.Time, rec observ
 // rejections with code 500, as in Kubewarden. It also returns the mutated
 // object, for the monitor-mode log.
 func (e *Engine) evaluate(ctx context.Context, p *Policy, c call) (*admission.Response, json.RawMessage) {
+	if p.group != nil {
+		return e.evaluateGroup(ctx, p, c), nil
+	}
 	uid := c.uid
 	release, err := e.acquire(ctx, p)
 	if err != nil {

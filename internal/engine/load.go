@@ -46,6 +46,10 @@ type Options struct {
 	// the server satisfies.
 	CompatVersion string
 
+	// WasmCELPolicy runs Kubewarden's published cel-policy module in wasm
+	// instead of natively.
+	WasmCELPolicy bool
+
 	// Fetch returns a module's bytes. Nil reads file:// URLs only.
 	Fetch func(ctx context.Context, uri string) ([]byte, error)
 }
@@ -87,14 +91,14 @@ func Load(ctx context.Context, configs map[string]*PolicyConfig, opts Options) (
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	for _, id := range ids {
-		if c := configs[id]; !c.IsGroup() {
-			if ml := l.module(c.Module); ml.claim() {
+		for _, uri := range configs[id].modules() {
+			if ml := l.module(uri); !l.native(uri) && ml.claim() {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					sem <- struct{}{}
 					defer func() { <-sem }()
-					ml.load(ctx, c.Module, opts)
+					ml.load(ctx, uri, opts)
 				}()
 			}
 		}
@@ -102,19 +106,37 @@ func Load(ctx context.Context, configs map[string]*PolicyConfig, opts Options) (
 	wg.Wait()
 
 	var errs []error
-	for _, id := range ids {
-		p, err := l.policy(ctx, id, configs[id], e)
+	add := func(id string, c *PolicyConfig, p *Policy, err error) {
 		if err != nil {
 			err = fmt.Errorf("policy %q: %w", id, err)
 			if !opts.ContinueOnErrors {
 				errs = append(errs, err)
-				continue
+				return
 			}
 			opts.Logger.ErrorContext(ctx, "policy failed to load; it will reject every request",
 				observability.KeyPolicyID, id, observability.KeyError, err)
-			p = &Policy{ID: id, Mode: configs[id].Mode(), initErr: errors.Unwrap(err)}
+			p = &Policy{ID: id, Mode: c.Mode(), initErr: errors.Unwrap(err)}
 		}
 		e.policies[id] = p
+	}
+	for _, id := range ids {
+		c := configs[id]
+		if !c.IsGroup() {
+			p, err := l.policy(ctx, id, c)
+			add(id, c, p, err)
+			continue
+		}
+		g, members, err := l.group(ctx, id, c)
+		for _, m := range members {
+			// A member's failure is reported once, with its group's.
+			switch {
+			case m.err == nil:
+				e.policies[m.ID] = m.policy
+			case opts.ContinueOnErrors:
+				e.policies[m.ID] = &Policy{ID: m.ID, Mode: ModeProtect, initErr: m.err}
+			}
+		}
+		add(id, c, g, err)
 	}
 	e.runners = l.runners()
 	if len(errs) > 0 {
@@ -192,10 +214,11 @@ func (ml *moduleLoad) load(ctx context.Context, uri string, opts Options) {
 	ml.meta = meta
 }
 
-// policy builds one policy from its configuration.
-func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig, e *Engine) (*Policy, error) {
-	if c.IsGroup() {
-		return nil, errors.New("policy groups are not supported yet by this version of Warden")
+// policy builds one policy, single or a group member, from its
+// configuration.
+func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Policy, error) {
+	if l.native(c.Module) {
+		return nil, errors.New("native CEL policies are not wired yet")
 	}
 	ml := l.modules[c.Module]
 	if ml.err != nil {
@@ -236,10 +259,15 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig, e *Engi
 		if svr.Message != nil {
 			msg = *svr.Message
 		}
-		return nil, fmt.Errorf("Policy settings are invalid: %s", msg)
+		return nil, &invalidSettingsError{msg}
 	}
 	return p, nil
 }
+
+// invalidSettingsError is a policy's verdict that its settings are invalid.
+type invalidSettingsError struct{ msg string }
+
+func (e *invalidSettingsError) Error() string { return "Policy settings are invalid: " + e.msg }
 
 // cmp returns a if it is set, else b.
 func cmp(a, b time.Duration) time.Duration {
@@ -281,6 +309,31 @@ func (l *loader) runners() []runner {
 
 func (l *loader) warnStderr(ctx context.Context, op, stderr string) {
 	l.opts.Logger.WarnContext(ctx, "policy wrote to stderr", "operation", op, "stderr", stderr)
+}
+
+// NativeCELModule is the module URI of Warden's native CEL policies, which
+// run in-process, without wasm, and take the settings of Kubewarden's
+// cel-policy.
+const NativeCELModule = "builtin://cel"
+
+// kubewardenCELPolicy is the repository of Kubewarden's published cel-policy,
+// which Warden runs natively unless told otherwise.
+const kubewardenCELPolicy = "ghcr.io/kubewarden/policies/cel-policy"
+
+// native reports whether a module runs in-process instead of in wasm.
+func (l *loader) native(uri string) bool {
+	return uri == NativeCELModule || (!l.opts.WasmCELPolicy && isKubewardenCELPolicy(uri))
+}
+
+// isKubewardenCELPolicy reports whether a module URI names any tag or
+// digest of Kubewarden's published cel-policy.
+func isKubewardenCELPolicy(uri string) bool {
+	ref := strings.TrimPrefix(uri, "registry://")
+	ref, _, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+		ref = ref[:i]
+	}
+	return ref == kubewardenCELPolicy
 }
 
 // FetchFile reads file:// module URLs (absolute or relative paths). Other

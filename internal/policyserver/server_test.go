@@ -472,7 +472,10 @@ func TestStartupFailures(t *testing.T) {
 		{"no metadata", "x: {module: file://" + noMeta + "}", "Policy is missing protocol version, which is required for KubewardenWapc execution mode"},
 		{"missing file", "x: {module: file://" + dir + "/missing.wasm}", "no such file or directory"},
 		{"registry not yet", "x: {module: registry://ghcr.io/kubewarden/policies/pod-privileged:v1.0.0}", "registry:// modules are not supported yet"},
-		{"group not yet", "g: {expression: 'a()', message: m, policies: {a: {module: {labels}}}}", "policy groups are not supported yet"},
+		{"group expression names an unknown member", "g: {expression: 'a() && b()', message: m, policies: {a: {module: {labels}}}}",
+			`policy "g": g: ERROR: <input>:1:9: undeclared reference to 'b'`},
+		{"group member with invalid settings", "g: {expression: 'a() && b()', message: m, policies: {a: {module: {labels}}, b: {module: {labels}, settings: {denied_labels: 3}}}}",
+			`policy "g": g/b: settings not valid: Policy settings are invalid: denied_labels must be a list of strings`},
 		{"bad yaml", "labels: [", "policies.yml"},
 	}
 	for _, tt := range tests {
@@ -494,6 +497,7 @@ func TestContinueOnErrors(t *testing.T) {
 	opts := testOptions(t, writePolicies(t, `
 good: {module: {labels}, settings: {denied_labels: [forbidden]}}
 bad-settings: {module: {labels}, settings: {denied_labels: 3}}
+bad-group: {expression: "a() && b()", message: m, policies: {a: {module: {labels}}, b: {module: {labels}, settings: {denied_labels: 3}}}}
 `))
 	opts.ContinueOnErrors = true
 	ts := startServer(t, opts)
@@ -504,6 +508,14 @@ bad-settings: {module: {labels}, settings: {denied_labels: 3}}
 	}
 	if resp := ts.review(t, "/validate/good", podReview("u", "default", "CREATE", map[string]string{"forbidden": "x"})); resp.Allowed {
 		t.Error("the working policy stopped working")
+	}
+	resp = ts.review(t, "/validate/bad-group", podReview("u", "default", "CREATE", nil))
+	if resp.Allowed || resp.Status == nil || resp.Status.Code != 500 ||
+		resp.Status.Message != "bad-group/b: settings not valid: Policy settings are invalid: denied_labels must be a list of strings" {
+		t.Errorf("broken group answered %+v %+v", resp, resp.Status)
+	}
+	if resp := ts.review(t, "/validate/bad-group/a", podReview("u", "default", "CREATE", nil)); !resp.Allowed {
+		t.Errorf("the group's working member answered %+v", resp.Status)
 	}
 	m, err := http.Get(ts.ready + "/metrics")
 	if err != nil {
