@@ -44,6 +44,7 @@ type Options struct {
 	CacheDir           string
 	MemoryLimitMiB     int
 	MaxRequestBodySize int64
+	NativeCELPolicy    bool
 }
 
 // DefaultOptions returns the defaults of every option.
@@ -66,6 +67,7 @@ func DefaultOptions() Options {
 		CacheDir:           cache,
 		MemoryLimitMiB:     512,
 		MaxRequestBodySize: 16 << 20,
+		NativeCELPolicy:    true,
 	}
 }
 
@@ -99,6 +101,7 @@ var flagEnv = map[string]string{
 	"cache-dir":                            "WARDEN_CACHE_DIR",
 	"memory-limit":                         "WARDEN_MEMORY_LIMIT",
 	"max-request-body-bytes":               "WARDEN_MAX_REQUEST_BODY_BYTES",
+	"native-cel-policy":                    "WARDEN_NATIVE_CEL_POLICY",
 }
 
 // AddFlags registers the options on fs.
@@ -131,6 +134,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "Directory of the compiled-module cache (empty: no cache)")
 	fs.IntVar(&o.MemoryLimitMiB, "memory-limit", o.MemoryLimitMiB, "Memory cap of one policy instance, in MiB")
 	fs.Int64Var(&o.MaxRequestBodySize, "max-request-body-bytes", o.MaxRequestBodySize, "Largest request body accepted")
+	fs.BoolVar(&o.NativeCELPolicy, "native-cel-policy", o.NativeCELPolicy, "Run Kubewarden's published cel-policy module natively, with the same answers; false runs its wasm")
 	_ = fs.MarkHidden("continue-on-errors")
 }
 

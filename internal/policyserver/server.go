@@ -95,6 +95,7 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		AlwaysAcceptNamespace: opts.AlwaysAcceptNS,
 		Workers:               opts.Workers,
 		CompatVersion:         CompatVersion,
+		WasmCELPolicy:         !opts.NativeCELPolicy,
 	})
 	if err != nil {
 		return nil, err
