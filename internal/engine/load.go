@@ -153,6 +153,7 @@ type loader struct {
 	modules map[string]*moduleLoad
 	mu      sync.Mutex
 	wapc    map[string]*wasm.Wapc
+	owned   []runner // runners of a single policy
 }
 
 type moduleLoad struct {
@@ -202,11 +203,13 @@ func (ml *moduleLoad) load(ctx context.Context, uri string, opts Options) {
 	}
 	switch meta.Mode() {
 	case metadata.ModeWapc, metadata.ModeWASI:
+		ml.mod, err = opts.Runtime.Compile(ctx, b)
+	case metadata.ModeOPA, metadata.ModeGatekeeper:
+		ml.mod, err = opts.Runtime.CompileOPA(ctx, b)
 	default:
-		ml.err = fmt.Errorf("execution mode %s is not supported yet: Warden runs kubewarden-wapc and wasi policies", meta.Mode())
+		ml.err = fmt.Errorf("execution mode %s is not supported", meta.Mode())
 		return
 	}
-	ml.mod, err = opts.Runtime.Compile(ctx, b)
 	if err != nil {
 		ml.err = fmt.Errorf("module %s: %w", uri, err)
 		return
@@ -245,7 +248,7 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Polic
 	}
 	initCtx, cancel := context.WithTimeout(ctx, cmp(p.timeout, loadTimeout))
 	defer cancel()
-	run, err := l.runner(initCtx, ml)
+	run, err := l.runner(initCtx, id, c, ml)
 	if err != nil {
 		if errors.Is(err, wasm.ErrDeadlineExceeded) {
 			return nil, errors.New(msgTimeout)
@@ -279,7 +282,10 @@ func cmp(a, b time.Duration) time.Duration {
 
 // runner returns the runner of a module, sharing waPC pools between the
 // policies that use the same module.
-func (l *loader) runner(ctx context.Context, ml *moduleLoad) (runner, error) {
+func (l *loader) runner(ctx context.Context, id string, c *PolicyConfig, ml *moduleLoad) (runner, error) {
+	if mode := ml.meta.Mode(); mode == metadata.ModeOPA || mode == metadata.ModeGatekeeper {
+		return l.regoRunner(ctx, id, c, ml)
+	}
 	if ml.meta.Mode() == metadata.ModeWASI {
 		return wasiRunner{rt: l.opts.Runtime, mod: ml.mod, onWarn: l.warnStderr}, nil
 	}
@@ -299,8 +305,27 @@ func (l *loader) runner(ctx context.Context, ml *moduleLoad) (runner, error) {
 	return wapcRunner{w}, nil
 }
 
+// regoRunner returns a runner of its own to an OPA or Gatekeeper policy:
+// its instances hold the policy's data.
+func (l *loader) regoRunner(ctx context.Context, id string, c *PolicyConfig, ml *moduleLoad) (runner, error) {
+	if len(c.ContextAwareResources) > 0 {
+		// An empty inventory would make policies such as "ingress hosts
+		// are unique" accept what they exist to reject.
+		return nil, errors.New("contextAwareResources: Rego policies cannot read Kubernetes resources in this version of Warden")
+	}
+	r, err := newRegoRunner(ctx, l.opts.Runtime, ml.mod, ml.meta.Mode(), c.Settings, l.opts.Workers,
+		l.opts.Logger.With(observability.KeyPolicyID, id))
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.owned = append(l.owned, r)
+	l.mu.Unlock()
+	return r, nil
+}
+
 func (l *loader) runners() []runner {
-	var out []runner
+	out := append([]runner(nil), l.owned...)
 	for _, w := range l.wapc {
 		out = append(out, wapcRunner{w})
 	}

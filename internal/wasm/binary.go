@@ -457,3 +457,143 @@ func appendName(b []byte, name string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(name)))
 	return append(b, name...)
 }
+
+// Import kinds of the import section.
+const importKindMemory = 0x02
+
+// defineImportedMemory returns a copy of module where the memory it imports
+// as module.name becomes a memory it defines: the import is removed and a
+// memory section declares the same memory, with a minimum of at least
+// minPages and a maximum of at most maxPages. The memory keeps index 0, so
+// nothing else in the module changes. found is false when the module imports
+// no such memory.
+func defineImportedMemory(module []byte, modName, name string, minPages, maxPages uint32) (out []byte, found bool, err error) {
+	sections, err := parseSections(module)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, s := range sections {
+		if s.id != sectionImport {
+			continue
+		}
+		entries, err := importEntries(s.payload)
+		if err != nil {
+			return nil, false, fmt.Errorf("import section: %w", err)
+		}
+		for i, e := range entries {
+			if e.kind != importKindMemory || e.module != modName || e.name != name {
+				continue
+			}
+			for _, other := range sections {
+				if other.id == sectionMemory {
+					return nil, false, errors.New("the module both imports and defines a memory")
+				}
+			}
+			limits := s.payload[e.desc:e.end]
+			flags := limits[0]
+			if flags&^1 != 0 {
+				return nil, false, fmt.Errorf("memory %s.%s: shared or 64-bit memories are not supported", modName, name)
+			}
+			lo, k, err := readU32(limits, 1)
+			if err != nil {
+				return nil, false, fmt.Errorf("memory %s.%s: %w", modName, name, err)
+			}
+			hi := maxPages
+			if flags&1 != 0 {
+				v, _, err := readU32(limits, 1+k)
+				if err != nil {
+					return nil, false, fmt.Errorf("memory %s.%s: %w", modName, name, err)
+				}
+				hi = min(v, maxPages)
+			}
+			lo = max(lo, minPages)
+			if lo > hi {
+				return nil, false, fmt.Errorf("memory %s.%s needs %d pages, more than the limit of %d", modName, name, lo, hi)
+			}
+			imports := binary.AppendUvarint(nil, uint64(len(entries)-1))
+			for j, other := range entries {
+				if j != i {
+					imports = append(imports, s.payload[other.start:other.end]...)
+				}
+			}
+			mem := binary.AppendUvarint([]byte{1, 1}, uint64(lo)) // one memory, flags: has maximum
+			mem = binary.AppendUvarint(mem, uint64(hi))
+			out = make([]byte, 0, len(module)+len(mem)+8)
+			out = append(out, module[:s.start]...)
+			out = appendSection(out, sectionImport, imports)
+			out = append(out, module[s.end:]...)
+			out, err = insertSection(out, sectionMemory, mem)
+			return out, err == nil, err
+		}
+	}
+	return module, false, nil
+}
+
+// importEntry locates one entry of an import section in its payload.
+type importEntry struct {
+	module, name string
+	kind         byte
+	start, end   int // the whole entry
+	desc         int // the import description, after the kind
+}
+
+func importEntries(p []byte) ([]importEntry, error) {
+	n, off, err := readU32(p, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]importEntry, 0, n)
+	for i := uint32(0); i < n; i++ {
+		e := importEntry{start: off}
+		var rest []byte
+		if e.module, rest, err = readName(p[off:]); err != nil {
+			return nil, err
+		}
+		if e.name, rest, err = readName(rest); err != nil {
+			return nil, err
+		}
+		off = len(p) - len(rest)
+		if off >= len(p) {
+			return nil, errTruncated
+		}
+		e.kind = p[off]
+		e.desc = off + 1
+		if e.end, err = skipImportDesc(p, e.desc, e.kind); err != nil {
+			return nil, err
+		}
+		off = e.end
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// skipImportDesc skips the description of an import of the given kind.
+func skipImportDesc(p []byte, off int, kind byte) (int, error) {
+	var err error
+	switch kind {
+	case 0x00: // func: type index
+		var k int
+		_, k, err = readU32(p, off)
+		off += k
+	case 0x01: // table: reftype + limits
+		if off, err = skipRefType(p, off); err == nil {
+			off, err = skipLimits(p, off)
+		}
+	case importKindMemory:
+		off, err = skipLimits(p, off)
+	case 0x03: // global: valtype + mut
+		if off, err = skipRefType(p, off); err == nil {
+			off++
+		}
+	case 0x04: // tag: attribute + type index
+		var k int
+		_, k, err = readU32(p, off+1)
+		off += 1 + k
+	default:
+		return 0, fmt.Errorf("unknown import kind 0x%x", kind)
+	}
+	if err == nil && off > len(p) {
+		err = errTruncated
+	}
+	return off, err
+}

@@ -1,0 +1,95 @@
+package policyserver_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/policyserver"
+	"github.com/wardenhq/warden/internal/rego/regotest"
+)
+
+// regoModule builds a Rego policy of testdata/rego to wasm, annotates it with
+// the execution mode and returns its file:// URL.
+func regoModule(t *testing.T, file, entrypoint, mode string) string {
+	t.Helper()
+	src := filepath.Join("..", "..", "testdata", "rego", file)
+	annotated, err := metadata.Embed(regotest.Build(t, src, entrypoint), &metadata.Metadata{ExecutionMode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), strings.ReplaceAll(file, "/", "-")+".wasm")
+	if err := os.WriteFile(path, annotated, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return "file://" + path
+}
+
+func TestRegoPolicies(t *testing.T) {
+	labels := regoModule(t, "gatekeeper/required_labels.rego", "k8srequiredlabels/violation", metadata.ModeGatekeeper)
+	reserved := regoModule(t, "opa/reserved_namespaces.rego", "policy/main", metadata.ModeOPA)
+	policies := writePolicies(t, `
+required-labels:
+  module: `+labels+`
+  settings: {labels: [{key: team, allowedRegex: "^[a-z]+$"}]}
+reserved-namespaces:
+  module: `+reserved+`
+  settings: {reserved_namespaces: [kube-system]}
+  message: "this namespace is off limits"
+`)
+	ts := startServer(t, testOptions(t, policies))
+
+	tests := []struct {
+		name, path, namespace string
+		labels                map[string]string
+		allowed               bool
+		message               string
+		code                  int32
+	}{
+		{"gatekeeper accepts", "/validate/required-labels", "default", map[string]string{"team": "web"}, true, "", 0},
+		{"gatekeeper violation", "/validate/required-labels", "default", map[string]string{"team": "Web"}, false,
+			"label <team: Web> does not match the allowed regex ^[a-z]+$", 0},
+		{"opa accepts", "/validate/reserved-namespaces", "default", nil, true, "", 0},
+		{"opa rejects, custom message", "/validate/reserved-namespaces", "kube-system", nil, false, "this namespace is off limits", 403},
+		{"opa audit keeps the policy's message", "/audit/reserved-namespaces", "kube-system", nil, false, `namespace "kube-system" is reserved`, 403},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := ts.review(t, tt.path, podReview("uid-7", tt.namespace, "CREATE", tt.labels))
+			var msg string
+			var code int32
+			if resp.Status != nil {
+				msg, code = resp.Status.Message, resp.Status.Code
+			}
+			if resp.UID != "uid-7" || resp.Allowed != tt.allowed || msg != tt.message || code != tt.code {
+				t.Errorf("got uid %q allowed %v %q (%d), want allowed %v %q (%d)", resp.UID, resp.Allowed, msg, code, tt.allowed, tt.message, tt.code)
+			}
+		})
+	}
+	t.Run("gatekeeper refuses raw requests", func(t *testing.T) {
+		resp := ts.review(t, "/validate_raw/required-labels", []byte(`{"request":{"uid":"r1","user":"alice"}}`))
+		if resp.Allowed || resp.Status == nil || resp.Status.Code != 500 || !strings.Contains(resp.Status.Message, "Gatekeeper does not support raw validation requests") {
+			t.Errorf("got %+v %+v", resp, resp.Status)
+		}
+	})
+}
+
+func TestRegoContextAwareRefused(t *testing.T) {
+	labels := regoModule(t, "gatekeeper/required_labels.rego", "k8srequiredlabels/violation", metadata.ModeGatekeeper)
+	opts := testOptions(t, writePolicies(t, `
+unique:
+  module: `+labels+`
+  contextAwareResources: [{apiVersion: networking.k8s.io/v1, kind: Ingress}]
+`))
+	srv, err := policyserver.New(context.Background(), opts, slog.New(slog.DiscardHandler))
+	if err == nil {
+		srv.Close(context.Background())
+	}
+	if err == nil || !strings.Contains(err.Error(), "Rego policies cannot read Kubernetes resources in this version of Warden") {
+		t.Fatalf("got %v", err)
+	}
+}

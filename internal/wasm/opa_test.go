@@ -1,0 +1,221 @@
+package wasm_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wardenhq/warden/internal/rego/regotest"
+	"github.com/wardenhq/warden/internal/wasm"
+)
+
+const regoDir = "../../testdata/rego/"
+
+func newOPA(t testing.TB, rt *wasm.Runtime, file, entrypoint, data string, maxIdle int) *wasm.OPA {
+	t.Helper()
+	m, err := rt.CompileOPA(context.Background(), regotest.Build(t, regoDir+file, entrypoint))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := rt.NewOPA(context.Background(), m, []byte(data), maxIdle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { o.Close(context.Background()) })
+	return o
+}
+
+// fakeBuiltins answers sprintf with its arguments joined by "|" and leaves
+// every other builtin undefined; it records the calls.
+type fakeBuiltins struct {
+	mu    sync.Mutex
+	calls []string
+	fail  error
+}
+
+func (f *fakeBuiltins) call(name string, args [][]byte) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var parts []string
+	for _, a := range args {
+		parts = append(parts, string(a))
+	}
+	f.calls = append(f.calls, name+"("+strings.Join(parts, "; ")+")")
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	if name != "sprintf" {
+		return nil, nil
+	}
+	return fmt.Appendf(nil, "%q", strings.Join(parts, "|")), nil
+}
+
+func TestOPAEval(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	o := newOPA(t, rt, "abi.rego", "abi/result", `{"greeting":"hello"}`, 2)
+	if got, want := strings.Join(o.Builtins(), ","), "sprintf,units.parse_bytes"; got != want {
+		t.Errorf("Builtins() = %s, want %s", got, want)
+	}
+	var f fakeBuiltins
+	out, err := o.Eval(context.Background(), []byte(`{"name":"bob","size":"1Ki","members":["a","b\u0001",1]}`), f.call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fake sprintf echoes its arguments: the set and the control
+	// character cross the boundary intact.
+	want := `[{"result":{"count":3,"described":"\"%v\"|[{1, \"a\", \"b\\u0001\"}]","greeting":"\"%s, %s\"|[\"hello\", \"bob\"]","size":"undefined"}}]`
+	if !jsonEqual(out, []byte(want)) {
+		t.Errorf("result = %s\nwant       %s", out, want)
+	}
+	if len(f.calls) != 3 {
+		t.Errorf("builtin calls = %q, want sprintf twice and units.parse_bytes once", f.calls)
+	}
+}
+
+func TestOPAEvalErrors(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	tests := []struct {
+		name, file, entrypoint, input string
+		fail                          error
+		want                          string
+		abort                         bool
+	}{
+		{
+			name: "conflicting rule values abort", file: "gatekeeper/conflict.rego", entrypoint: "conflict/violation",
+			input: `{"review":{"object":{"spec":{"replicas":3}}}}`, want: "conflict", abort: true,
+		},
+		{
+			name: "a failing host builtin stops the evaluation", file: "abi.rego", entrypoint: "abi/result",
+			input: `{"name":"bob","size":"1","members":[]}`, fail: errors.New("boom"), want: ": boom",
+		},
+		{
+			name: "input that is not JSON", file: "abi.rego", entrypoint: "abi/result",
+			input: `{"name":`, want: "cannot parse the input",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := newOPA(t, rt, tt.file, tt.entrypoint, `{"greeting":"hi"}`, 1)
+			f := &fakeBuiltins{fail: tt.fail}
+			_, err := o.Eval(context.Background(), []byte(tt.input), f.call)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want one containing %q", err, tt.want)
+			}
+			var abort *wasm.OPAAbortError
+			if errors.As(err, &abort) != tt.abort {
+				t.Errorf("error %T, want an OPAAbortError: %v", err, tt.abort)
+			}
+			// The failed instance is gone; the next evaluation gets a
+			// good one.
+			f.fail = nil
+			if _, err := o.Eval(context.Background(), []byte(`{"name":"x","size":"1","members":[],"review":{"object":{"spec":{"replicas":20}}}}`), f.call); err != nil {
+				t.Errorf("evaluation after the failure: %v", err)
+			}
+		})
+	}
+}
+
+func TestOPADeadline(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	o := newOPA(t, rt, "gatekeeper/loop.rego", "loop/violation", `{}`, 1)
+	values := make([]string, 1000)
+	for i := range values {
+		values[i] = fmt.Sprint(i)
+	}
+	input := `{"review":{"object":{"spec":{"values":[` + strings.Join(values, ",") + `]}}}}`
+	var f fakeBuiltins
+	_, err := o.Eval(withTimeout(t, 100*time.Millisecond), []byte(input), f.call)
+	if !errors.Is(err, wasm.ErrDeadlineExceeded) {
+		t.Fatalf("error = %v, want ErrDeadlineExceeded", err)
+	}
+	out, err := o.Eval(context.Background(), []byte(`{"review":{"object":{"spec":{"values":[1,2]}}}}`), f.call)
+	if err != nil || !jsonEqual(out, []byte(`[{"result":[]}]`)) {
+		t.Errorf("evaluation after the deadline = %s, %v; want an empty violation set", out, err)
+	}
+}
+
+// TestOPAIsolation checks that an evaluation sees nothing of the ones before
+// it on the same instance, nor of those running beside it.
+func TestOPAIsolation(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	o := newOPA(t, rt, "abi.rego", "abi/result", `{"greeting":"hello"}`, 4)
+	input := func(i int) string {
+		members := make([]string, i%7)
+		for j := range members {
+			members[j] = fmt.Sprintf(`"m%d-%d"`, i, j)
+		}
+		return fmt.Sprintf(`{"name":"n%d","members":[%s]}`, i, strings.Join(members, ","))
+	}
+	var f fakeBuiltins
+	want := map[int]string{}
+	for i := range 7 { // each on the one idle instance, in turn
+		out, err := o.Eval(context.Background(), []byte(input(i)), f.call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[i] = string(out)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 70)
+	for g := range 10 {
+		wg.Go(func() {
+			for k := range 7 {
+				i := (g + k) % 7
+				out, err := o.Eval(context.Background(), []byte(input(i)), f.call)
+				if err != nil || !jsonEqual(out, []byte(want[i])) {
+					errs <- fmt.Errorf("input %d: %s, %v; want %s", i, out, err, want[i])
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestCompileOPARefuses(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{MemoryLimitBytes: 4 * 65536})
+	// A module importing env.memory with a minimum of 8 pages.
+	bigMemory := []byte{0, 'a', 's', 'm', 1, 0, 0, 0,
+		2, 15, 1, 3, 'e', 'n', 'v', 6, 'm', 'e', 'm', 'o', 'r', 'y', 2, 0, 8}
+	tests := []struct {
+		name   string
+		module []byte
+		want   string
+	}{
+		{"a module without env.memory", []byte{0, 'a', 's', 'm', 1, 0, 0, 0}, "not an OPA module"},
+		{"a memory above the limit", bigMemory, "needs 8 pages, more than the limit of 4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := rt.CompileOPA(context.Background(), tt.module)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+	t.Run("a module compiled without CompileOPA", func(t *testing.T) {
+		m, err := rt.Compile(context.Background(), regotest.Build(t, regoDir+"abi.rego", "abi/result"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rt.NewOPA(context.Background(), m, []byte(`{}`), 1); err == nil || !strings.Contains(err.Error(), "CompileOPA") {
+			t.Fatalf("error = %v, want one naming CompileOPA", err)
+		}
+	})
+}
+
+// jsonEqual reports whether a and b hold the same JSON value: OPA does not
+// sort object keys.
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+}
