@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"runtime"
 	"strings"
@@ -183,7 +182,7 @@ func (ml *moduleLoad) claim() bool {
 func (ml *moduleLoad) load(ctx context.Context, uri string, opts Options) {
 	b, err := opts.Fetch(ctx, uri)
 	if err != nil {
-		ml.err = fmt.Errorf("fetching module %s: %w", uri, err)
+		ml.err = err // it names the module
 		return
 	}
 	meta, err := metadata.FromModule(b)
@@ -361,25 +360,18 @@ func isKubewardenCELPolicy(uri string) bool {
 	return ref == kubewardenCELPolicy
 }
 
-// FetchFile reads file:// module URLs (absolute or relative paths). Other
-// schemes are refused with a clear error.
+// FetchFile reads file:// module URLs (absolute or relative paths); it is
+// the fetcher of Options without one. Other schemes are refused.
 func FetchFile(_ context.Context, uri string) ([]byte, error) {
-	scheme, rest, ok := strings.Cut(uri, "://")
+	path, ok := strings.CutPrefix(uri, "file://")
 	if !ok {
-		return nil, fmt.Errorf("module %q has no scheme: use file://, registry:// or https://", uri)
+		return nil, fmt.Errorf("fetching %s: only file:// modules can be read without a fetcher", uri)
 	}
-	switch scheme {
-	case "file":
-		path := rest
-		if u, err := url.Parse(uri); err == nil && u.Path != "" && u.Host == "" {
-			path = u.Path
-		}
-		return os.ReadFile(path)
-	case "registry", "https", "http":
-		return nil, fmt.Errorf("%s:// modules are not supported yet: download the module and use a file:// URL", scheme)
-	default:
-		return nil, fmt.Errorf("unknown module scheme %q", scheme)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("fetching %s: %w", uri, err)
 	}
+	return b, nil
 }
 
 type nopRecorder struct{}

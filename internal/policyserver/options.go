@@ -218,12 +218,10 @@ func (o *Options) Validate() error {
 	}
 	for _, p := range []struct{ flag, value string }{
 		{"--verification-path", o.VerificationPath},
-		{"--sources-path", o.SourcesPath},
-		{"--docker-config-json-path", o.DockerConfigPath},
 		{"--sigstore-trust-config", o.SigstoreTrust},
 	} {
 		if p.value != "" {
-			errs = append(errs, fmt.Errorf("%s is not supported yet by this version of Warden: it loads file:// modules only", p.flag))
+			errs = append(errs, fmt.Errorf("%s is not supported yet by this version of Warden: it does not verify signatures", p.flag))
 		}
 	}
 	return errors.Join(errs...)

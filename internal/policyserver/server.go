@@ -19,6 +19,7 @@ import (
 	"github.com/wardenhq/warden/internal/certwatch"
 	"github.com/wardenhq/warden/internal/engine"
 	"github.com/wardenhq/warden/internal/observability"
+	"github.com/wardenhq/warden/internal/policyfetch"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -84,8 +85,17 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if err != nil {
 		return nil, err
 	}
+	fetcher, err := newFetcher(opts, logger)
+	if err != nil {
+		return nil, err
+	}
+	defer fetcher.Close()
 	start := time.Now()
 	eng, err := engine.Load(ctx, configs, engine.Options{
+		Fetch: func(ctx context.Context, uri string) ([]byte, error) {
+			m, err := fetcher.Fetch(ctx, uri)
+			return m.Bytes, err
+		},
 		Runtime:               s.rt,
 		Logger:                logger,
 		Recorder:              s.metrics,
@@ -239,4 +249,24 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// newFetcher returns the fetcher of the policies' modules, configured by
+// --policies-download-dir, --sources-path and --docker-config-json-path.
+func newFetcher(opts Options, logger *slog.Logger) (*policyfetch.Fetcher, error) {
+	var sources *policyfetch.Sources
+	if opts.SourcesPath != "" {
+		var err error
+		if sources, err = policyfetch.LoadSources(opts.SourcesPath); err != nil {
+			return nil, err
+		}
+		// As in Kubewarden, the proxies come from the environment only.
+		sources.Proxies = nil
+	}
+	return policyfetch.New(policyfetch.Options{
+		StoreDir:         opts.DownloadDir,
+		Sources:          sources,
+		DockerConfigPath: opts.DockerConfigPath,
+		Logger:           logger,
+	})
 }

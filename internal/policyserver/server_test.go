@@ -471,7 +471,7 @@ func TestStartupFailures(t *testing.T) {
 		{"not wasm", "x: {module: file://" + notWasm + "}", "not a WebAssembly module"},
 		{"no metadata", "x: {module: file://" + noMeta + "}", "Policy is missing protocol version, which is required for KubewardenWapc execution mode"},
 		{"missing file", "x: {module: file://" + dir + "/missing.wasm}", "no such file or directory"},
-		{"registry not yet", "x: {module: registry://ghcr.io/kubewarden/policies/pod-privileged:v1.0.0}", "registry:// modules are not supported yet"},
+		{"registry down", "x: {module: registry://127.0.0.1:1/policies/pod-privileged:v1.0.0}", "fetching registry://127.0.0.1:1/policies/pod-privileged:v1.0.0: "},
 		{"group expression names an unknown member", "g: {expression: 'a() && b()', message: m, policies: {a: {module: {labels}}}}",
 			`policy "g": g: ERROR: <input>:1:9: undeclared reference to 'b'`},
 		{"group member with invalid settings", "g: {expression: 'a() && b()', message: m, policies: {a: {module: {labels}}, b: {module: {labels}, settings: {denied_labels: 3}}}}",

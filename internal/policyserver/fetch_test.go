@@ -1,0 +1,67 @@
+package policyserver_test
+
+import (
+	"context"
+	"io"
+	"log"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/wardenhq/warden/internal/policybuild"
+	"github.com/wardenhq/warden/internal/policyfetch"
+)
+
+// TestRegistryModules loads a policy pushed to a real OCI registry (plain
+// HTTP, declared insecure in sources.yml) and keeps it in the download dir.
+func TestRegistryModules(t *testing.T) {
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	host := strings.TrimPrefix(reg.URL, "http://")
+
+	dir := t.TempDir()
+	sources := filepath.Join(dir, "sources.yml")
+	if err := os.WriteFile(sources, []byte("insecure_sources: ["+host+"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wasm, err := os.ReadFile(policybuild.ForTest(t, "labels"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pusher, err := policyfetch.New(policyfetch.Options{StoreDir: t.TempDir(), Sources: mustSources(t, sources)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pusher.Close()
+	ref := "registry://" + host + "/policies/labels:v1.0.0"
+	if _, err := pusher.Push(context.Background(), ref, wasm, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	opts := testOptions(t, writePolicies(t, "labels: {module: "+ref+", settings: {denied_labels: [forbidden]}}\n"))
+	opts.SourcesPath = sources
+	opts.DownloadDir = filepath.Join(dir, "store")
+	ts := startServer(t, opts)
+	if resp := ts.review(t, "/validate/labels", podReview("u1", "default", "CREATE", map[string]string{"forbidden": "x"})); resp.Allowed {
+		t.Error("the policy pulled from the registry accepted a forbidden label")
+	}
+	u, _ := url.Parse(reg.URL)
+	stored := filepath.Join(opts.DownloadDir, "registry", u.Host, "policies", "labels:v1.0.0")
+	if _, err := os.Stat(stored); err != nil {
+		t.Errorf("the module is not in the store: %v", err)
+	}
+}
+
+func mustSources(t *testing.T, path string) *policyfetch.Sources {
+	t.Helper()
+	s, err := policyfetch.LoadSources(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
