@@ -152,7 +152,8 @@ type loader struct {
 	modules map[string]*moduleLoad
 	mu      sync.Mutex
 	wapc    map[string]*wasm.Wapc
-	owned   []runner // runners of a single policy
+	wasi    map[string]wasiRunner // by module digest
+	owned   []runner              // runners of a single policy
 }
 
 type moduleLoad struct {
@@ -285,11 +286,23 @@ func (l *loader) runner(ctx context.Context, id string, c *PolicyConfig, ml *mod
 	if mode := ml.meta.Mode(); mode == metadata.ModeOPA || mode == metadata.ModeGatekeeper {
 		return l.regoRunner(ctx, id, c, ml)
 	}
-	if ml.meta.Mode() == metadata.ModeWASI {
-		return wasiRunner{rt: l.opts.Runtime, mod: ml.mod, onWarn: l.warnStderr}, nil
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if ml.meta.Mode() == metadata.ModeWASI {
+		if r, ok := l.wasi[ml.mod.Digest]; ok {
+			return r, nil
+		}
+		pool, err := l.opts.Runtime.NewWASIPool(ctx, ml.mod, "validate", 2*l.opts.Workers)
+		if err != nil {
+			return nil, err
+		}
+		if l.wasi == nil {
+			l.wasi = map[string]wasiRunner{}
+		}
+		r := wasiRunner{rt: l.opts.Runtime, mod: ml.mod, pool: pool, onWarn: l.warnStderr}
+		l.wasi[ml.mod.Digest] = r
+		return r, nil
+	}
 	if l.wapc == nil {
 		l.wapc = map[string]*wasm.Wapc{}
 	}
@@ -327,6 +340,9 @@ func (l *loader) runners() []runner {
 	out := append([]runner(nil), l.owned...)
 	for _, w := range l.wapc {
 		out = append(out, wapcRunner{w})
+	}
+	for _, r := range l.wasi {
+		out = append(out, r)
 	}
 	return out
 }

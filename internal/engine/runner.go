@@ -75,16 +75,19 @@ func (r wapcRunner) validateSettings(ctx context.Context, host wasm.HostCaller, 
 
 func (r wapcRunner) close(ctx context.Context) { r.w.Close(ctx) }
 
-// wasiRunner runs WASI command modules (compat 2.4), a fresh instance per
-// call.
+// wasiRunner runs WASI command modules (compat 2.4): validate on a pool of
+// instances restored to their state at the first read of stdin (shared by
+// the policies of the module), validate-settings, which runs at load only,
+// in a fresh instance per call.
 type wasiRunner struct {
 	rt     *wasm.Runtime
 	mod    *wasm.Module
+	pool   *wasm.WASIPool // of the "validate" command
 	onWarn func(ctx context.Context, op, stderr string)
 }
 
 func (r wasiRunner) validate(ctx context.Context, host wasm.HostCaller, in evalInput) (*validationResponse, error) {
-	res, err := r.rt.RunWASI(ctx, r.mod, host, "validate", in.validationRequest())
+	res, err := r.pool.Run(ctx, host, in.validationRequest())
 	if err != nil {
 		var exit *wasm.ExitError
 		if errors.As(err, &exit) {
@@ -122,7 +125,7 @@ func (r wasiRunner) validateSettings(ctx context.Context, host wasm.HostCaller, 
 	return svr
 }
 
-func (r wasiRunner) close(context.Context) {}
+func (r wasiRunner) close(ctx context.Context) { r.pool.Close(ctx) }
 
 func invalidSettings(msg string) settingsValidationResponse {
 	return settingsValidationResponse{Valid: false, Message: &msg}

@@ -77,3 +77,44 @@ func BenchmarkWASIRun(b *testing.B) {
 		host.calls = host.calls[:0]
 	}
 }
+
+// BenchmarkWASISnapshot compares the two ways of running one WASI evaluation
+// of the wasi-log policy (a Go wasip1 command that reads the request, makes
+// one host call and writes its answer): "fresh" is RunWASI, a new instance
+// and Go runtime initialisation per evaluation; "pool" is a WASIPool, which
+// restores an instance to the state it had when it first read stdin.
+func BenchmarkWASISnapshot(b *testing.B) {
+	rt := newRuntime(b, wasm.Config{})
+	m := compile(b, rt, "wasi-log")
+	payload := benchRequest(b)
+	ctx := context.Background()
+	pool, err := rt.NewWASIPool(ctx, m, "validate", 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { pool.Close(ctx) })
+	runs := []struct {
+		name string
+		run  func(host wasm.HostCaller) (wasm.WASIResult, error)
+	}{
+		{"fresh", func(host wasm.HostCaller) (wasm.WASIResult, error) {
+			return rt.RunWASI(ctx, m, host, "validate", payload)
+		}},
+		{"pool", func(host wasm.HostCaller) (wasm.WASIResult, error) {
+			return pool.Run(ctx, host, payload)
+		}},
+	}
+	for _, r := range runs {
+		b.Run(r.name, func(b *testing.B) {
+			host := &recordingHost{}
+			b.ReportAllocs()
+			for b.Loop() {
+				res, err := r.run(host)
+				if err != nil || len(res.Stdout) == 0 {
+					b.Fatalf("result %q, error %v", res.Stdout, err)
+				}
+				host.calls = host.calls[:0]
+			}
+		})
+	}
+}

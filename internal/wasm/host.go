@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
@@ -26,6 +27,11 @@ const (
 // It belongs to the goroutine running the call.
 type callState struct {
 	host HostCaller
+	// ctx, when set, is the context of the evaluation, for host calls made
+	// from a guest call that outlives it (WASIPool).
+	ctx context.Context
+	// hostCalled records that the guest made a host call.
+	hostCalled bool
 
 	// waPC
 	op, payload                []byte
@@ -42,11 +48,19 @@ type callState struct {
 	stderr   boundedBuffer
 }
 
+// callKey is the context key of the state of a call: a *callState, or the
+// *stdio of an instance whose long-lived call serves one request after
+// another (WASIPool).
 type callKey struct{}
 
 func stateOf(ctx context.Context) *callState {
-	st, _ := ctx.Value(callKey{}).(*callState)
-	return st
+	switch v := ctx.Value(callKey{}).(type) {
+	case *callState:
+		return v
+	case *stdio:
+		return v.call
+	}
+	return nil
 }
 
 // boundedBuffer collects output up to a limit, then refuses more.
@@ -81,7 +95,15 @@ func (s *stdio) stderrWriter() io.Writer { return stderrWriter{s} }
 
 func (r stdinReader) Read(p []byte) (int, error) {
 	st := r.s.call
-	if st == nil || st.stdinPos >= len(st.stdin) {
+	if st == nil {
+		return 0, io.EOF
+	}
+	return st.readStdin(p)
+}
+
+// readStdin reads what the guest has not read yet of stdin.
+func (st *callState) readStdin(p []byte) (int, error) {
+	if st.stdinPos >= len(st.stdin) {
 		return 0, io.EOF
 	}
 	n := copy(p, st.stdin[st.stdinPos:])
@@ -151,14 +173,21 @@ func (r *Runtime) instantiateHostModules(ctx context.Context) error {
 	}
 	b := r.rt.NewHostModuleBuilder(wasiPreview1)
 	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(b)
-	// Our proc_exit does not close the module: see exitPanic.
+	// Our proc_exit does not close the module: see exitPanic. On an
+	// instance of a WASIPool it ends the request instead (wasiInstance.exit).
 	b.NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(func(_ context.Context, _ api.Module, stack []uint64) {
-			panic(&exitPanic{code: api.DecodeU32(stack[0])})
+		WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
+			code := api.DecodeU32(stack[0])
+			if in := pooledInstance(ctx); in != nil {
+				in.exit(m, code) // returns only when the instance has no snapshot
+			}
+			panic(&exitPanic{code: code})
 		}), i32x1, nil).
 		WithParameterNames("rval").
 		Export("proc_exit")
-	_, err := b.Instantiate(ctx)
+	// The listeners watch fd_read and fd_close for WASIPool (wasiListeners);
+	// wazero's own implementations still run.
+	_, err := b.Instantiate(experimental.WithFunctionListenerFactory(ctx, wasiListeners{}))
 	return err
 }
 
@@ -219,6 +248,10 @@ func (r *Runtime) instantiateWapc(ctx context.Context) error {
 func wasiCall(ctx context.Context, m api.Module, stack []uint64) {
 	st := stateOf(ctx)
 	resp, err := hostCall(ctx, st, m, stack)
+	if st == nil {
+		stack[0] = 1
+		return
+	}
 	if err != nil {
 		st.stdin = append(st.stdin, err.Error()...)
 		stack[0] = 1
@@ -235,6 +268,9 @@ type unknownBindingError struct{ binding string }
 func (e unknownBindingError) Error() string { return "unknown binding: " + e.binding }
 
 func hostCall(ctx context.Context, st *callState, m api.Module, stack []uint64) ([]byte, error) {
+	if st != nil {
+		st.hostCalled = true
+	}
 	binding := string(readGuest(m, stack[0], stack[1]))
 	namespace := string(readGuest(m, stack[2], stack[3]))
 	operation := string(readGuest(m, stack[4], stack[5]))
@@ -244,6 +280,9 @@ func hostCall(ctx context.Context, st *callState, m api.Module, stack []uint64) 
 	}
 	if st == nil || st.host == nil {
 		return nil, errors.New("host calls are not available here")
+	}
+	if st.ctx != nil {
+		ctx = st.ctx
 	}
 	return st.host.HostCall(ctx, binding, namespace, operation, payload)
 }

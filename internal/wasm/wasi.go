@@ -21,16 +21,24 @@ const wasiProgramName = "policy.wasm"
 // argv ["policy.wasm", command], stdin holding input, and host answering the
 // guest's host.call imports (their answers are appended to stdin). It returns
 // what the guest wrote when it exits with 0, and an *ExitError otherwise. The
-// run is bounded by ctx's deadline.
+// run is bounded by ctx's deadline. A WASIPool gives the same results without
+// starting the guest from scratch every time.
 func (r *Runtime) RunWASI(ctx context.Context, m *Module, host HostCaller, command string, input []byte) (WASIResult, error) {
 	if !m.Exports("_start") {
-		return WASIResult{}, errors.New("the module does not export _start: it is not a WASI command")
+		return WASIResult{}, errNotCommand
 	}
 	leave, err := r.enterGuest(ctx)
 	if err != nil {
 		return WASIResult{}, err
 	}
 	defer leave()
+	return r.runWASI(ctx, m, host, command, input)
+}
+
+var errNotCommand = errors.New("the module does not export _start: it is not a WASI command")
+
+// runWASI is RunWASI on a guest slot the caller holds.
+func (r *Runtime) runWASI(ctx context.Context, m *Module, host HostCaller, command string, input []byte) (WASIResult, error) {
 	st := newCallState(host)
 	st.stdin = input
 	sink := &stdio{call: st}

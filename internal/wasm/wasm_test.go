@@ -3,7 +3,10 @@ package wasm_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -261,4 +264,273 @@ func TestRunWASI(t *testing.T) {
 			t.Errorf("error = %v", err)
 		}
 	})
+}
+
+func newWASIPool(t testing.TB, rt *wasm.Runtime, policy string) *wasm.WASIPool {
+	t.Helper()
+	p, err := rt.NewWASIPool(context.Background(), compile(t, rt, policy), "validate", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p
+}
+
+const wasiPodRequest = `{"request":{"kind":{"kind":"Pod"},"object":{"metadata":{"name":"p"%s}}},"settings":{}}`
+
+// TestWASIPoolMatchesRunWASI runs each WASI test policy several times on one
+// pool, alternating inputs: every run must give exactly what RunWASI gives
+// (stdout, stderr, error, host calls), and the pool must have served them all
+// from its first instance.
+func TestWASIPoolMatchesRunWASI(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	accept := fmt.Sprintf(wasiPodRequest, "")
+	reject := fmt.Sprintf(wasiPodRequest, `,"labels":{"reject":"true"}`)
+	tests := []struct {
+		policy string
+		inputs []string
+		want   string // in the stdout of the first input
+	}{
+		{"wasi-log", []string{accept, reject}, `"accepted":true`},
+		{"wasi-javy-log", []string{`{}`, accept}, `"accepted":true`},
+		{"wasi-garbage", []string{accept}, "this is not json"},
+		{"wasi-fail", []string{accept, `{}`}, ""},
+	}
+	type run struct {
+		res   wasm.WASIResult
+		err   string
+		calls []string
+	}
+	do := func(f func(host wasm.HostCaller) (wasm.WASIResult, error)) run {
+		host := &recordingHost{}
+		res, err := f(host)
+		r := run{res: res, calls: host.calls}
+		if err != nil {
+			r.err = err.Error()
+		}
+		return r
+	}
+	for _, tt := range tests {
+		t.Run(tt.policy, func(t *testing.T) {
+			m := compile(t, rt, tt.policy)
+			p := newWASIPool(t, rt, tt.policy)
+			var want []run
+			for _, in := range tt.inputs {
+				want = append(want, do(func(host wasm.HostCaller) (wasm.WASIResult, error) {
+					return rt.RunWASI(withTimeout(t, 10*time.Second), m, host, "validate", []byte(in))
+				}))
+			}
+			if !strings.Contains(string(want[0].res.Stdout), tt.want) {
+				t.Fatalf("RunWASI stdout = %q, want it to contain %q", want[0].res.Stdout, tt.want)
+			}
+			for round := 0; round < 3; round++ {
+				for i, in := range tt.inputs {
+					got := do(func(host wasm.HostCaller) (wasm.WASIResult, error) {
+						return p.Run(withTimeout(t, 10*time.Second), host, []byte(in))
+					})
+					if !reflect.DeepEqual(got, want[i]) {
+						t.Errorf("round %d, input %d: pool gave %+v, RunWASI %+v", round, i, got, want[i])
+					}
+				}
+			}
+			if created, _, fresh := wasm.WASIPoolStats(p); created != 1 || fresh {
+				t.Errorf("the pool created %d instances (fresh %v), want 1 reused", created, fresh)
+			}
+		})
+	}
+}
+
+// TestWASIPoolIsolation checks that no state survives from one request to
+// the next: the wasi-counter policy counts its calls in a package variable
+// and must always see itself on its first call; it writes a line on stderr
+// at start-up, which every request must get; its random value must differ
+// between requests.
+func TestWASIPoolIsolation(t *testing.T) {
+	p := newWASIPool(t, newRuntime(t, wasm.Config{}), "wasi-counter")
+	payloads := []string{
+		`{"request":{},"settings":{}}`,
+		`{"request":{},"settings":{"grow_mb":8}}`, // grows memory: the instance is replaced
+		`{"request":{},"settings":{}}`,
+	}
+	const rounds = 3
+	seen := map[string]bool{}
+	check := func(out wasm.WASIResult, err error) error {
+		if err != nil {
+			return err
+		}
+		msg := string(out.Stdout)
+		i := strings.Index(msg, "random ")
+		if !strings.Contains(msg, `"call 1 random `) || i < 0 || out.Stderr != "wasi-counter ready" {
+			return fmt.Errorf("state leaked between requests: stdout %s, stderr %q", out.Stdout, out.Stderr)
+		}
+		if seen[msg[i:]] {
+			return fmt.Errorf("random value repeated: %s", out.Stdout)
+		}
+		seen[msg[i:]] = true
+		return nil
+	}
+	for round := 0; round < rounds; round++ {
+		for _, payload := range payloads {
+			if err := check(p.Run(withTimeout(t, 10*time.Second), nil, []byte(payload))); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+	if created, _, _ := wasm.WASIPoolStats(p); created != 1+rounds {
+		t.Errorf("the pool created %d instances, want %d: one, and one more after each memory growth", created, 1+rounds)
+	}
+	// Concurrent requests each get an instance of their own.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 10; j++ {
+				out, err := p.Run(withTimeout(t, 10*time.Second), nil, []byte(payloads[0]))
+				mu.Lock()
+				err = check(out, err)
+				mu.Unlock()
+				if err != nil {
+					t.Errorf("concurrent request: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestWASIPoolFailures checks that a request that fails leaves the pool
+// usable: an exit with a non-zero code keeps the instance; a deadline, a
+// trap or a closed file descriptor discards it.
+func TestWASIPoolFailures(t *testing.T) {
+	p := newWASIPool(t, newRuntime(t, wasm.Config{}), "wasi-counter")
+	ok := func(t *testing.T) {
+		t.Helper()
+		out, err := p.Run(withTimeout(t, 10*time.Second), nil, []byte(`{"request":{},"settings":{}}`))
+		if err != nil || !strings.Contains(string(out.Stdout), `"call 1 random `) {
+			t.Fatalf("plain request: stdout %s, error %v", out.Stdout, err)
+		}
+	}
+	tests := []struct {
+		name     string
+		settings string
+		timeout  time.Duration
+		check    func(t *testing.T, err error)
+		replaced int // instances created by the two failures and the request after them
+	}{
+		{"exit 1", `{"fail":true}`, 10 * time.Second, func(t *testing.T, err error) {
+			var exit *wasm.ExitError
+			if !errors.As(err, &exit) || exit.Code != 1 || exit.Stderr != "wasi-counter readyfailed at call 1" {
+				t.Errorf("error = %#v, want an ExitError with the stderr", err)
+			}
+		}, 0},
+		{"deadline", `{"loop":true}`, 200 * time.Millisecond, func(t *testing.T, err error) {
+			if !errors.Is(err, wasm.ErrDeadlineExceeded) {
+				t.Errorf("error = %v, want ErrDeadlineExceeded", err)
+			}
+		}, 2},
+		{"closed stdout", `{"close_stdout":true}`, 10 * time.Second, func(t *testing.T, err error) {
+			// The descriptor table is not part of the snapshot: the
+			// instance must not serve another request.
+			var exit *wasm.ExitError
+			if !errors.As(err, &exit) || exit.Code != 1 || !strings.Contains(exit.Stderr, "writing the response") {
+				t.Errorf("error = %#v, want an ExitError for the failed write", err)
+			}
+		}, 2},
+		{"trap", `{"trap":true}`, 10 * time.Second, func(t *testing.T, err error) {
+			var trap *wasm.TrapError
+			if !errors.As(err, &trap) || !strings.Contains(err.Error(), "out of bounds memory access") {
+				t.Errorf("error = %v, want an out of bounds TrapError", err)
+			}
+		}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ok(t) // an instance waits in the snapshot state
+			before, _, _ := wasm.WASIPoolStats(p)
+			for i := 0; i < 2; i++ { // the second fails the same way, on a new instance or the same
+				// A guest that loops holds its P until the interrupt flag
+				// stops it, and a garbage collection that needs every P to
+				// reach a safe point meanwhile also stops the timer that
+				// would set the flag: start from a finished collection.
+				runtime.GC()
+				_, err := p.Run(withTimeout(t, tt.timeout), nil, []byte(`{"request":{},"settings":`+tt.settings+`}`))
+				tt.check(t, err)
+			}
+			ok(t)
+			after, _, fresh := wasm.WASIPoolStats(p)
+			if after-before != tt.replaced || fresh {
+				t.Errorf("the pool created %d instances (fresh %v), want %d", after-before, fresh, tt.replaced)
+			}
+		})
+	}
+}
+
+// TestWASIPoolFallback checks the modules a pool cannot snapshot: one that
+// never reads stdin runs in a fresh instance per request, and a waPC module
+// is refused.
+func TestWASIPoolFallback(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	p := newWASIPool(t, rt, "wasi-nostdin")
+	for i := 0; i < 3; i++ {
+		out, err := p.Run(withTimeout(t, 10*time.Second), nil, []byte(`{}`))
+		if err != nil || string(out.Stdout) != `{"accepted":true}` {
+			t.Fatalf("run %d: stdout %s, error %v", i, out.Stdout, err)
+		}
+	}
+	if created, idle, fresh := wasm.WASIPoolStats(p); created != 1 || idle != 0 || !fresh {
+		t.Errorf("created %d, idle %d, fresh %v: want the first instance only, then fresh instances", created, idle, fresh)
+	}
+	_, err := rt.NewWASIPool(context.Background(), compile(t, rt, "labels"), "validate", 1)
+	if err == nil || !strings.Contains(err.Error(), "not a WASI command") {
+		t.Errorf("waPC module: error = %v", err)
+	}
+}
+
+// TestWASIPoolClose checks that Close ends the goroutines of the instances
+// and that requests after Close still run, without leaving any behind.
+func TestWASIPoolClose(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	m := compile(t, rt, "wasi-log")
+	settle := func(want int) int {
+		n := runtime.NumGoroutine()
+		for deadline := time.Now().Add(10 * time.Second); n > want && time.Now().Before(deadline); n = runtime.NumGoroutine() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return n
+	}
+	baseline := runtime.NumGoroutine()
+	p, err := rt.NewWASIPool(context.Background(), m, "validate", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() {
+		t.Helper()
+		out, err := p.Run(withTimeout(t, 10*time.Second), &recordingHost{}, []byte(fmt.Sprintf(wasiPodRequest, "")))
+		if err != nil || !strings.Contains(string(out.Stdout), `"accepted":true`) {
+			t.Fatalf("stdout %s, error %v", out.Stdout, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run()
+		}()
+	}
+	wg.Wait()
+	if _, idle, _ := wasm.WASIPoolStats(p); idle == 0 || runtime.NumGoroutine() <= baseline {
+		t.Fatalf("%d instances idle, %d goroutines for %d before: want parked instances", idle, runtime.NumGoroutine(), baseline)
+	}
+	p.Close(context.Background())
+	if n := settle(baseline); n > baseline {
+		t.Errorf("%d goroutines after Close, want %d", n, baseline)
+	}
+	run()
+	if created, idle, _ := wasm.WASIPoolStats(p); idle != 0 || settle(baseline) > baseline {
+		t.Errorf("after Close: %d created, %d idle, %d goroutines for %d", created, idle, runtime.NumGoroutine(), baseline)
+	}
 }
