@@ -1,10 +1,16 @@
 package wasm
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
+	"slices"
 	"strconv"
+
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
 // Interrupting guests.
@@ -24,6 +30,26 @@ import (
 // That is a load and a branch. When a deadline passes, the host sets the flag
 // and the guest traps at its next check. A start section is removed and its
 // function exported instead, so that it too runs under a deadline.
+//
+// Loop heads count down a second global, the budget, instead, and check the
+// flag only when it reaches zero, every loopBudget iterations:
+//
+//	global.get $budget  i32.const 1  i32.sub  global.set $budget
+//	global.get $budget  i32.eqz
+//	if
+//	  global.get $interrupt  if  unreachable  end
+//	  i32.const loopBudget  global.set $budget
+//	  call $__warden_yield
+//	end
+//
+// The call is there for Go's scheduler: compiled guest code cannot be
+// preempted, and a stop-the-world (a garbage collection) waits for every
+// running goroutine, so a guest looping in machine code would hold the whole
+// process, including the timer that is to interrupt it. __warden_yield is an
+// empty function added to the module and exported; the runtime compiles it
+// with a function listener that yields to the scheduler (see
+// yieldListeners). A deadline sets the budget to 1 as well as the flag, so
+// that the next loop head checks it.
 
 // Section ids used here besides those in binary.go.
 const (
@@ -41,12 +67,18 @@ const (
 const (
 	interruptExportPrefix = snapshotGlobalPrefix // the flag is exported with the other mutable globals
 	startExport           = "__warden_start"
+	yieldExport           = "__warden_yield"
 )
+
+// loopBudget is how many loop iterations run between two checks of the
+// interrupt flag (and two visits to Go's scheduler).
+const loopBudget = 4096
 
 // instrumented is a module rewritten by instrument.
 type instrumented struct {
 	module    []byte
 	interrupt string // export name of the interrupt flag
+	budget    string // export name of the loop budget
 	start     bool   // the former start function is exported as startExport
 }
 
@@ -61,8 +93,8 @@ func instrument(module []byte) (*instrumented, error) {
 	if err != nil {
 		return nil, err
 	}
-	var importedGlobals uint32
-	var globalsAt, codeAt, startAt = -1, -1, -1
+	var importedGlobals, importedFuncs uint32
+	var typesAt, funcsAt, globalsAt, codeAt, startAt = -1, -1, -1, -1, -1
 	for i, s := range sections {
 		switch s.id {
 		case sectionImport:
@@ -70,6 +102,19 @@ func instrument(module []byte) (*instrumented, error) {
 			if err != nil {
 				return nil, fmt.Errorf("import section: %w", err)
 			}
+			imports, err := importEntries(s.payload)
+			if err != nil {
+				return nil, fmt.Errorf("import section: %w", err)
+			}
+			for _, e := range imports {
+				if e.kind == 0x00 {
+					importedFuncs++
+				}
+			}
+		case sectionType:
+			typesAt = i
+		case sectionFunction:
+			funcsAt = i
 		case sectionGlobal:
 			globalsAt = i
 		case sectionCode:
@@ -78,7 +123,8 @@ func instrument(module []byte) (*instrumented, error) {
 			startAt = i
 		}
 	}
-	// The flag goes last in the global index space so no index moves.
+	// The flag and the budget go last in the global index space so no index
+	// moves.
 	var definedGlobals uint32
 	var globalBody []byte
 	if globalsAt >= 0 {
@@ -90,19 +136,54 @@ func instrument(module []byte) (*instrumented, error) {
 		definedGlobals, globalBody = n, p[k:]
 	}
 	flag := importedGlobals + definedGlobals
-	newGlobals := binary.AppendUvarint(nil, uint64(definedGlobals+1))
+	budget := flag + 1
+	newGlobals := binary.AppendUvarint(nil, uint64(definedGlobals+2))
 	newGlobals = append(newGlobals, globalBody...)
-	newGlobals = append(newGlobals, valI32, 1, 0x41, 0x00, 0x0b) // mutable i32 = 0
+	newGlobals = append(newGlobals, valI32, 1, 0x41, 0x00, 0x0b) // flag: mutable i32 = 0
+	newGlobals = append(newGlobals, valI32, 1, 0x41)             // budget: mutable i32 = loopBudget
+	newGlobals = appendSLEB128(newGlobals, loopBudget)
+	newGlobals = append(newGlobals, 0x0b)
 
 	check := []byte{0x23}
 	check = binary.AppendUvarint(check, uint64(flag))
 	check = append(check, 0x04, 0x40, 0x00, 0x0b) // if (empty) unreachable end
 
-	var newCode []byte
+	getBudget := binary.AppendUvarint([]byte{0x23}, uint64(budget))
+	setBudget := binary.AppendUvarint([]byte{0x24}, uint64(budget))
+	loopCheck := append([]byte(nil), getBudget...)
+	loopCheck = append(loopCheck, 0x41, 0x01, 0x6b) // i32.const 1 i32.sub
+	loopCheck = append(loopCheck, setBudget...)
+	loopCheck = append(loopCheck, getBudget...)
+	loopCheck = append(loopCheck, 0x45, 0x04, 0x40) // i32.eqz if (empty)
+	loopCheck = append(loopCheck, check...)
+	loopCheck = appendSLEB128(append(loopCheck, 0x41), loopBudget) // i32.const loopBudget
+	loopCheck = append(loopCheck, setBudget...)
+
+	// __warden_yield: a new type () -> () and a new function, both last in
+	// their index spaces.
+	var newTypes, newFuncs, newCode, yieldIndex []byte
 	if codeAt >= 0 {
-		newCode, err = instrumentCode(sections[codeAt].payload, check)
-		if err != nil {
+		if typesAt < 0 || funcsAt < 0 {
+			return nil, errors.New("a module with code needs type and function sections")
+		}
+		var yieldType, definedFuncs uint32
+		if newTypes, yieldType, err = appendVecEntry(sections[typesAt].payload, []byte{0x60, 0, 0}); err != nil {
+			return nil, fmt.Errorf("type section: %w", err)
+		}
+		if definedFuncs, _, err = readU32(sections[funcsAt].payload, 0); err != nil {
+			return nil, fmt.Errorf("function section: %w", err)
+		}
+		if newFuncs, _, err = appendVecEntry(sections[funcsAt].payload, binary.AppendUvarint(nil, uint64(yieldType))); err != nil {
+			return nil, fmt.Errorf("function section: %w", err)
+		}
+		yieldIndex = binary.AppendUvarint(nil, uint64(importedFuncs+definedFuncs))
+		loopCheck = append(append(loopCheck, 0x10), yieldIndex...) // call $__warden_yield
+		loopCheck = append(loopCheck, 0x0b)                        // end
+		if newCode, err = instrumentCode(sections[codeAt].payload, check, loopCheck); err != nil {
 			return nil, err
+		}
+		if newCode, _, err = appendVecEntry(newCode, []byte{2, 0x00, 0x0b}); err != nil { // size, no locals, end
+			return nil, fmt.Errorf("code section: %w", err)
 		}
 	}
 
@@ -123,6 +204,12 @@ func instrument(module []byte) (*instrumented, error) {
 		case i == codeAt:
 			out = appendSection(out, sectionCode, newCode)
 			continue
+		case i == typesAt && newTypes != nil:
+			out = appendSection(out, sectionType, newTypes)
+			continue
+		case i == funcsAt && newFuncs != nil:
+			out = appendSection(out, sectionFunction, newFuncs)
+			continue
 		case i == startAt:
 			continue
 		case !globalsWritten && globalsAt < 0 && s.id != sectionCustom && sectionOrder(s.id) > sectionOrder(sectionGlobal):
@@ -134,15 +221,25 @@ func instrument(module []byte) (*instrumented, error) {
 	if !globalsWritten {
 		out = appendSection(out, sectionGlobal, newGlobals)
 	}
+	var exports []byte
+	var exportCount uint32
 	if startFunc != nil { // the start function becomes an export
-		out, err = addExports(out, 1, appendExportEntry(nil, startExport, exportKindFunc, startFunc))
-		if err != nil {
+		exports = appendExportEntry(exports, startExport, exportKindFunc, startFunc)
+		exportCount++
+	}
+	if yieldIndex != nil {
+		exports = appendExportEntry(exports, yieldExport, exportKindFunc, yieldIndex)
+		exportCount++
+	}
+	if exportCount > 0 {
+		if out, err = addExports(out, exportCount, exports); err != nil {
 			return nil, fmt.Errorf("export section: %w", err)
 		}
 	}
 	return &instrumented{
 		module:    out,
 		interrupt: interruptExportPrefix + strconv.Itoa(int(flag)),
+		budget:    interruptExportPrefix + strconv.Itoa(int(budget)),
 		start:     startAt >= 0,
 	}, nil
 }
@@ -182,9 +279,34 @@ func insertSection(module []byte, id byte, body []byte) ([]byte, error) {
 	return out, nil
 }
 
+// appendSLEB128 appends v in the signed LEB128 encoding of wasm's
+// i32.const (not Go's zigzag varint).
+func appendSLEB128(b []byte, v int32) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+// appendVecEntry appends an entry to a section made of one vector, returning
+// the new payload and the index of the entry.
+func appendVecEntry(p, entry []byte) ([]byte, uint32, error) {
+	n, k, err := readU32(p, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := binary.AppendUvarint(make([]byte, 0, len(p)+len(entry)+5), uint64(n+1))
+	out = append(out, p[k:]...)
+	return append(out, entry...), n, nil
+}
+
 // instrumentCode rewrites the code section: check at the entry of every
-// function body and after every loop's block type.
-func instrumentCode(p []byte, check []byte) ([]byte, error) {
+// function body and loopCheck after every loop's block type.
+func instrumentCode(p []byte, check, loopCheck []byte) ([]byte, error) {
 	n, off, err := readU32(p, 0)
 	if err != nil {
 		return nil, fmt.Errorf("code section: %w", err)
@@ -201,7 +323,7 @@ func instrumentCode(p []byte, check []byte) ([]byte, error) {
 		if uint64(off)+uint64(size) > uint64(len(p)) {
 			return nil, fmt.Errorf("code section: function %d: %w", i, errTruncated)
 		}
-		body, err = instrumentBody(p[off:off+int(size)], check, body[:0])
+		body, err = instrumentBody(p[off:off+int(size)], check, loopCheck, body[:0])
 		if err != nil {
 			return nil, fmt.Errorf("code section: function %d: %w", i, err)
 		}
@@ -212,7 +334,7 @@ func instrumentCode(p []byte, check []byte) ([]byte, error) {
 	return out, nil
 }
 
-func instrumentBody(b, check, out []byte) ([]byte, error) {
+func instrumentBody(b, check, loopCheck, out []byte) ([]byte, error) {
 	// Locals: vec of (count, valtype).
 	n, off, err := readU32(b, 0)
 	if err != nil {
@@ -236,8 +358,8 @@ func instrumentBody(b, check, out []byte) ([]byte, error) {
 			return nil, err
 		}
 		out = append(out, b[off:next]...)
-		if op == 0x03 { // loop: check at every iteration
-			out = append(out, check...)
+		if op == 0x03 { // loop: count every iteration
+			out = append(out, loopCheck...)
 		}
 		off = next
 	}
@@ -410,3 +532,25 @@ func skipBlockType(b []byte, i int) (int, error) {
 		return i + k, err
 	}
 }
+
+// yieldListeners gives __warden_yield its body: a visit to Go's scheduler,
+// where a stop-the-world waiting for this goroutine can proceed. Every other
+// function is compiled without a listener.
+type yieldListeners struct{}
+
+func (yieldListeners) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
+	if slices.Contains(def.ExportNames(), yieldExport) {
+		return yieldListener{}
+	}
+	return nil
+}
+
+type yieldListener struct{}
+
+func (yieldListener) Before(context.Context, api.Module, api.FunctionDefinition, []uint64, experimental.StackIterator) {
+	runtime.Gosched()
+}
+
+func (yieldListener) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {}
+
+func (yieldListener) Abort(context.Context, api.Module, api.FunctionDefinition, error) {}

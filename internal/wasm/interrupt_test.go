@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +69,77 @@ func TestInterruptStopsWhatWouldRunForever(t *testing.T) {
 				t.Fatalf("error = %v, want ErrDeadlineExceeded", err)
 			}
 		})
+	}
+}
+
+// TestInterruptDuringGarbageCollection checks that a looping guest lets Go
+// stop the world: compiled guest code cannot be preempted, so without the
+// loop budget's visits to Go a collection would wait for the guest, and the
+// timer that is to interrupt the guest would wait for the collection. The
+// check runs in a child process, because the failure is a hang that
+// nothing inside the process could report.
+func TestInterruptDuringGarbageCollection(t *testing.T) {
+	if os.Getenv("WARDEN_GC_CHILD") == "1" {
+		gcWhileLooping(t)
+		return
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestInterruptDuringGarbageCollection$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "WARDEN_GC_CHILD=1", "GOMAXPROCS=2")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("a looping guest and a garbage collection hung the process:\n%s", out)
+	}
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+}
+
+func gcWhileLooping(t *testing.T) {
+	rt, err := NewRuntime(context.Background(), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	m, err := rt.Compile(context.Background(), loopingStart([]byte{0x00, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // keep the collector busy while the guests loop
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				runtime.GC()
+			}
+		}
+	}()
+	for range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		_, err := rt.NewWapc(ctx, m, 1)
+		cancel()
+		if !errors.Is(err, ErrDeadlineExceeded) {
+			t.Fatalf("error = %v, want ErrDeadlineExceeded", err)
+		}
+	}
+}
+
+func TestAppendSLEB128(t *testing.T) {
+	tests := []struct {
+		v    int32
+		want []byte
+	}{
+		{0, []byte{0x00}}, {63, []byte{0x3f}}, {64, []byte{0xc0, 0x00}}, {-1, []byte{0x7f}},
+		{-64, []byte{0x40}}, {-65, []byte{0xbf, 0x7f}}, {loopBudget, []byte{0x80, 0x20}},
+	}
+	for _, tt := range tests {
+		if got := appendSLEB128(nil, tt.v); string(got) != string(tt.want) {
+			t.Errorf("appendSLEB128(%d) = %x, want %x", tt.v, got, tt.want)
+		}
 	}
 }
 

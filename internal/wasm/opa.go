@@ -206,9 +206,9 @@ func (o *OPA) instantiate(ctx context.Context) (*opaInstance, error) {
 		return nil, fmt.Errorf("instantiating module: %w", callError(ctx, err, "", false))
 	}
 	in := &opaInstance{mod: mod}
-	if in.flag, _ = mod.ExportedGlobal(o.mod.interrupt).(api.MutableGlobal); in.flag == nil {
+	if err := in.bind(mod, o.mod); err != nil {
 		in.close(ctx)
-		return nil, errors.New("the interrupt flag is missing")
+		return nil, err
 	}
 	for i, name := range opaExports {
 		if in.fn[i] = mod.ExportedFunction(name); in.fn[i] == nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 )
 
@@ -128,6 +129,7 @@ type Module struct {
 	// interrupt names the export of the interrupt flag; start reports a
 	// former start section, now exported as startExport.
 	interrupt string
+	budget    string // the export of the loop budget
 	start     bool
 }
 
@@ -175,7 +177,7 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 	if err != nil {
 		return nil, fmt.Errorf("reading module: %w", err)
 	}
-	cm, err := r.rt.CompileModule(ctx, rewritten)
+	cm, err := r.rt.CompileModule(experimental.WithFunctionListenerFactory(ctx, yieldListeners{}), rewritten)
 	if err != nil {
 		return nil, fmt.Errorf("compiling module: %w", err)
 	}
@@ -190,6 +192,7 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 		globals:   globals,
 		snapshot:  snapshot,
 		interrupt: inst.interrupt,
+		budget:    inst.budget,
 		start:     inst.start,
 	}, nil
 }
@@ -295,9 +298,20 @@ func (r *Runtime) enterGuest(ctx context.Context) (leave func(), err error) {
 
 // interruptible is a guest instance whose interrupt flag a deadline sets.
 type interruptible struct {
-	flag api.MutableGlobal
-	mu   sync.Mutex // held while the flag is being set
-	set  bool
+	flag   api.MutableGlobal
+	budget api.MutableGlobal
+	mu     sync.Mutex // held while the flag is being set
+	set    bool
+}
+
+// bind finds the interrupt flag and the loop budget of mod, an instance of m.
+func (it *interruptible) bind(mod api.Module, m *Module) error {
+	it.flag, _ = mod.ExportedGlobal(m.interrupt).(api.MutableGlobal)
+	it.budget, _ = mod.ExportedGlobal(m.budget).(api.MutableGlobal)
+	if it.flag == nil || it.budget == nil {
+		return errors.New("the interrupt flag is missing")
+	}
+	return nil
 }
 
 // guard arranges for the flag to be set when ctx is done, and returns a
@@ -311,6 +325,7 @@ func (it *interruptible) guard(ctx context.Context) (done func() (interrupted bo
 	stop := context.AfterFunc(ctx, func() {
 		it.mu.Lock()
 		it.flag.Set(1)
+		it.budget.Set(1) // the next loop head looks at the flag
 		it.set = true
 		it.mu.Unlock()
 	})

@@ -119,10 +119,9 @@ func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, e
 		return nil, errors.New("the module has no memory")
 	}
 	in := &instance{mod: mod, mem: mem, sink: sink, call: mod.ExportedFunction("__guest_call")}
-	in.flag, _ = mod.ExportedGlobal(w.mod.interrupt).(api.MutableGlobal)
-	if in.flag == nil {
+	if err := in.bind(mod, w.mod); err != nil {
 		_ = mod.Close(ctx)
-		return nil, errors.New("the interrupt flag is missing")
+		return nil, err
 	}
 	for _, name := range w.mod.globals {
 		g, ok := mod.ExportedGlobal(name).(api.MutableGlobal)

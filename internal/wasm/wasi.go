@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/tetratelabs/wazero/api"
 )
 
 // WASIResult is what a WASI command wrote.
@@ -49,8 +47,8 @@ func (r *Runtime) runWASI(ctx context.Context, m *Module, host HostCaller, comma
 	}
 	defer mod.Close(ctx)
 	it := &interruptible{}
-	if it.flag, _ = mod.ExportedGlobal(m.interrupt).(api.MutableGlobal); it.flag == nil {
-		return WASIResult{}, errors.New("the interrupt flag is missing")
+	if err := it.bind(mod, m); err != nil {
+		return WASIResult{}, err
 	}
 	done := it.guard(ctx)
 	for _, name := range []string{startExport, "_start"} {

@@ -262,9 +262,9 @@ func (p *WASIPool) start(ctx context.Context, req *wasiRequest) error {
 		return fmt.Errorf("instantiating module: %w", err)
 	}
 	in.mod = mod
-	if in.flag, _ = mod.ExportedGlobal(p.mod.interrupt).(api.MutableGlobal); in.flag == nil {
+	if err := in.bind(mod, p.mod); err != nil {
 		_ = mod.Close(ctx)
-		return errors.New("the interrupt flag is missing")
+		return err
 	}
 	for _, name := range p.mod.globals {
 		g, ok := mod.ExportedGlobal(name).(api.MutableGlobal)
