@@ -218,11 +218,8 @@ func (ml *moduleLoad) load(ctx context.Context, uri string, opts Options) {
 }
 
 // policy builds one policy, single or a group member, from its
-// configuration.
+// configuration. Native policies have no metadata.
 func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Policy, error) {
-	if l.native(c.Module) {
-		return nil, errors.New("native CEL policies are not wired yet")
-	}
 	ml := l.modules[c.Module]
 	if ml.err != nil {
 		return nil, ml.err
@@ -245,6 +242,14 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Polic
 		if c.TimeoutEvalSeconds != nil {
 			p.timeout = time.Duration(*c.TimeoutEvalSeconds) * time.Second
 		}
+	}
+	if l.native(c.Module) {
+		run, err := newCELRunner(p.settings)
+		if err != nil {
+			return nil, &invalidSettingsError{err.Error()}
+		}
+		p.run = run
+		return p, nil
 	}
 	initCtx, cancel := context.WithTimeout(ctx, cmp(p.timeout, loadTimeout))
 	defer cancel()

@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/wardenhq/warden/internal/celpolicy"
+	"github.com/wardenhq/warden/internal/wasm"
+)
+
+// celRunner runs Kubewarden's cel-policy natively (Warden's cel mode): its
+// settings are compiled once, by newCELRunner, and every request is
+// evaluated in process with cel-policy's answers. cel-policy treats a raw
+// request as an AdmissionRequest, and so does celRunner.
+type celRunner struct {
+	policy   *celpolicy.Policy
+	settings json.RawMessage
+}
+
+// newCELRunner compiles cel-policy settings (null or empty: {}). Its error is
+// the verdict on invalid settings, worded as cel-policy's validate-settings
+// words it: the loader reports it as the settings error.
+func newCELRunner(settings json.RawMessage) (runner, error) {
+	if isNull(settings) {
+		settings = json.RawMessage("{}")
+	}
+	p, err := celpolicy.Compile(settings)
+	if err != nil {
+		return nil, err
+	}
+	return &celRunner{policy: p, settings: settings}, nil
+}
+
+func (r *celRunner) validate(ctx context.Context, _ wasm.HostCaller, in evalInput) (*validationResponse, error) {
+	res, err := r.policy.Validate(ctx, in.request)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			// Answered as a wasm policy's timeout is.
+			return nil, wasm.ErrDeadlineExceeded
+		}
+		return nil, err
+	}
+	vr := &validationResponse{Accepted: res.Accepted}
+	if !res.Accepted {
+		vr.Message, vr.Code = &res.Message, &res.Code
+	}
+	return vr, nil
+}
+
+// validateSettings accepts the settings the runner was compiled with; other
+// settings are compiled to be judged.
+func (r *celRunner) validateSettings(_ context.Context, _ wasm.HostCaller, settings []byte) settingsValidationResponse {
+	if !bytes.Equal(settings, r.settings) {
+		if _, err := newCELRunner(settings); err != nil {
+			return invalidSettings(err.Error())
+		}
+	}
+	return settingsValidationResponse{Valid: true}
+}
+
+func (r *celRunner) close(context.Context) {}

@@ -1,0 +1,100 @@
+package policyserver_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/wardenhq/warden/internal/policyserver"
+)
+
+const celPolicies = `
+no-latest-images:
+  module: builtin://cel
+  settings:
+    variables:
+      - name: containers
+        expression: "object.spec.containers"
+    validations:
+      - expression: "variables.containers.all(c, !c.image.endsWith(':latest'))"
+        message: "images must not use the latest tag"
+      - expression: "has(object.metadata.labels) && 'team' in object.metadata.labels"
+        messageExpression: "'pod ' + object.metadata.name + ' has no team label'"
+        reason: Forbidden
+kubewarden-cel-policy:
+  module: registry://ghcr.io/kubewarden/policies/cel-policy:v1.3.0
+  settings:
+    validations:
+      - expression: "object.metadata.name != 'forbidden'"
+pod-hardening:
+  expression: "trusted_team() || no_latest_tag()"
+  message: "the pod does not follow the hardening rules"
+  policies:
+    trusted_team: {module: builtin://cel, settings: {validations: [{expression: "object.metadata.labels.team == 'platform'"}]}}
+    no_latest_tag: {module: builtin://cel, settings: {validations: [{expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"}]}}
+`
+
+// celReview is a Pod CREATE named name with one container running image.
+func celReview(name, image string, labels map[string]string) []byte {
+	review := string(podReview("uid-c", "default", "CREATE", labels))
+	review = strings.Replace(review, `"name":"nginx","namespace"`, `"name":"`+name+`","namespace"`, -1)
+	return []byte(strings.Replace(review, `"image":"nginx"`, `"image":"`+image+`"`, 1))
+}
+
+func TestCELPolicies(t *testing.T) {
+	ts := startServer(t, testOptions(t, writePolicies(t, celPolicies)))
+	team := map[string]string{"team": "web"}
+	tests := []struct {
+		name, path string
+		review     []byte
+		allowed    bool
+		message    string
+		code       int32
+	}{
+		{"accepts", "/validate/no-latest-images", celReview("web", "nginx:1.27", team), true, "", 0},
+		{"message", "/validate/no-latest-images", celReview("web", "nginx:latest", team), false, "images must not use the latest tag", 400},
+		{"message expression and reason", "/validate/no-latest-images", celReview("web", "nginx:1.27", map[string]string{"app": "web"}), false, "pod web has no team label", 403},
+		{"Kubewarden's cel-policy module runs natively", "/validate/kubewarden-cel-policy", celReview("forbidden", "nginx", team), false,
+			"failed expression: object.metadata.name != 'forbidden'", 400},
+		{"group of CEL members accepts", "/validate/pod-hardening", celReview("web", "nginx:latest", map[string]string{"team": "platform"}), true, "", 0},
+		{"group of CEL members rejects", "/validate/pod-hardening", celReview("web", "nginx:latest", team), false, "the pod does not follow the hardening rules", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := ts.review(t, tt.path, tt.review)
+			var msg string
+			var code int32
+			if resp.Status != nil {
+				msg, code = resp.Status.Message, resp.Status.Code
+			}
+			if resp.Allowed != tt.allowed || msg != tt.message || code != tt.code {
+				t.Errorf("got allowed %v %q (%d), want allowed %v %q (%d)", resp.Allowed, msg, code, tt.allowed, tt.message, tt.code)
+			}
+		})
+	}
+}
+
+func TestCELLoadErrors(t *testing.T) {
+	tests := []struct{ name, policies, want string }{
+		{"syntax error", "x: {module: builtin://cel, settings: {validations: [{expression: 'object.metadata.name =='}]}}", "Syntax error"},
+		{"type error", "x: {module: builtin://cel, settings: {validations: [{expression: '1 + \"a\"'}]}}", "no matching overload"},
+		{"no validations", "x: {module: builtin://cel, settings: {}}", "validations must contain at least one item"},
+		{"cel-policy in wasm needs its module", "x: {module: 'registry://127.0.0.1:1/kubewarden/policies/cel-policy:v1.3.0'}", "fetching registry://127.0.0.1:1/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, err := policyserver.New(context.Background(), testOptions(t, writePolicies(t, tt.policies)), slog.New(slog.DiscardHandler))
+			if err == nil {
+				srv.Close(context.Background())
+				t.Fatal("the server started")
+			}
+			if !strings.Contains(err.Error(), "Policy settings are invalid") && tt.name != "cel-policy in wasm needs its module" {
+				t.Errorf("error = %v, want a settings error", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
