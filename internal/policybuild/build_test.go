@@ -46,6 +46,8 @@ func TestBuildPolicies(t *testing.T) {
 		{name: "wasi-garbage", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "wasi-fail", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "wasi-javy-log", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
+		{name: "wasi-counter", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
+		{name: "wasi-nostdin", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 	}
 
 	t.Run("the table lists every policy", func(t *testing.T) {
