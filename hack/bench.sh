@@ -3,7 +3,7 @@
 # Everything runs on 127.0.0.1 and stops by itself. Needs Go and openssl.
 #
 #   hack/bench.sh            # all sections
-#   hack/bench.sh load       # floor + waPC + WASI load tests only
+#   hack/bench.sh load       # floor + waPC + WASI + CEL + group load tests only
 #   hack/bench.sh startup    # startup time and idle RSS with 20 policies
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,12 +73,37 @@ if [[ $what == all || $what == load ]]; then
 
   printf 'labels:\n  module: file://%s\n  settings: {denied_labels: [forbidden]}\nwasi-log:\n  module: file://%s\n' \
     "$labels" "$wasilog" > "$work/policies.yml"
+  cat >> "$work/policies.yml" <<'YAML'
+cel:
+  module: builtin://cel
+  settings:
+    validations:
+      - expression: "object.spec.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged) || !c.securityContext.privileged)"
+        message: "privileged containers are not allowed"
+      - expression: "has(object.metadata.labels) && 'app' in object.metadata.labels"
+        message: "pods need an app label"
+      - expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"
+        message: "images must not use the latest tag"
+group:
+  expression: "cel_a() && cel_b() && cel_c()"
+  message: "rejected by the group"
+  policies:
+    cel_a: {module: builtin://cel, settings: {validations: [{expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"}]}}
+    cel_b: {module: builtin://cel, settings: {validations: [{expression: "has(object.metadata.labels)"}]}}
+    cel_c: {module: builtin://cel, settings: {validations: [{expression: "object.spec.containers.size() < 10"}]}}
+YAML
   start_server "$work/policies.yml"
   echo "== Warden: waPC policy (labels), a snapshot-isolated instance per request"
   load "waPC, 20 clients" https://127.0.0.1:3000/validate/labels -c 20
   load "waPC, 1000 req/s" https://127.0.0.1:3000/validate/labels -rate 1000
-  echo "== Warden: WASI policy (wasi-log, Go wasip1 command)"
+  echo "== Warden: WASI policy (wasi-log, Go wasip1 command, snapshot-restored)"
   load "WASI, 20 clients" https://127.0.0.1:3000/validate/wasi-log -c 20
+  load "WASI, 1000 req/s" https://127.0.0.1:3000/validate/wasi-log -rate 1000
+  echo "== Warden: native CEL policy (3 validations)"
+  load "CEL, 20 clients" https://127.0.0.1:3000/validate/cel -c 20
+  load "CEL, 1000 req/s" https://127.0.0.1:3000/validate/cel -rate 1000
+  echo "== Warden: policy group of 3 native CEL members"
+  load "group, 20 clients" https://127.0.0.1:3000/validate/group -c 20
   stop_server
 fi
 
