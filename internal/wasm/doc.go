@@ -1,7 +1,7 @@
 // Package wasm runs policy modules on wazero: it compiles each distinct module
 // once, creates isolated instances, and implements the guest ABIs Kubewarden
-// policies use (waPC and the WASI command contract) plus the host side of
-// their host calls.
+// policies use (waPC, the WASI command contract and OPA's wasm ABI, opa.go)
+// plus the host side of their host calls.
 //
 // It is the only package of Warden that imports wazero. It knows nothing of
 // admission semantics: callers hand it bytes and get bytes back. It must not
@@ -19,8 +19,17 @@
 // traps, times out or grows memory discards its instance instead. See
 // snapshot_linux.go.
 //
+// WASI commands get the same treatment mid-run (wasi_pool.go): each pooled
+// instance runs _start once; at its first read of stdin the call stack, memory
+// and globals are saved, and every request resumes the guest inside that read
+// from the saved state. OPA modules reset their heap pointer before every
+// evaluation, as OPA's own SDKs do.
+//
 // # Limits
 //
-// Every guest call runs with a deadline (the module is closed when it passes)
-// and every instance's memory is capped by Config.MemoryLimitBytes.
+// Every guest call runs with a deadline: modules are rewritten to check an
+// interrupt flag at function entries and, every 4096 iterations, at loop heads,
+// where they also yield to Go's scheduler so that a looping guest cannot stall
+// a garbage collection (interrupt.go). Every instance's memory is capped by
+// Config.MemoryLimitBytes.
 package wasm
