@@ -31,6 +31,8 @@ var tryRequests = []tryRequest{
 	{Policy: "pod-privileged-monitor", File: "privileged-pod.json", Outcome: "allowed: monitor mode only logs the rejection"},
 	{Policy: "deny-latest-tag", File: "latest-tag-pod.json", Outcome: "rejected: the log-shipper container uses fluent/fluent-bit:latest (the policy logs each evaluation)"},
 	{Policy: "default-team-label", File: "pod-without-team.json", Outcome: "allowed with a JSONPatch adding the label team: platform (response.patch is base64)"},
+	{Policy: "pod-team-label", File: "pod-without-team.json", Outcome: "rejected by native CEL: the pod has no team label (code 403)"},
+	{Policy: "pod-hardening", File: "privileged-pod.json", Outcome: "rejected by the group, with the privileged-container member as the cause"},
 }
 
 // instructions returns the text printed once the server is ready: where it

@@ -65,8 +65,8 @@ func writePolicies(t *testing.T, l layout, extra string) {
 		t.Fatal(err)
 	}
 	const prefix = "file://examples/build/"
-	if n := bytes.Count(doc, []byte(prefix)); n != 4 {
-		t.Fatalf("policies.yml has %d module URLs starting with %s, want 4", n, prefix)
+	if n := bytes.Count(doc, []byte(prefix)); n != 6 {
+		t.Fatalf("policies.yml has %d module URLs starting with %s, want 6", n, prefix)
 	}
 	doc = bytes.ReplaceAll(doc, []byte(prefix), []byte("file://"+filepath.ToSlash(l.Modules)+"/"))
 	doc = append(doc, strings.ReplaceAll(extra, "{modules}", "file://"+filepath.ToSlash(l.Modules))...)
@@ -195,6 +195,13 @@ team-fallback:
 		{name: "pod without team", policy: "default-team-label", review: file("pod-without-team.json"), wantAllowed: true,
 			wantPatch: `[{"op":"add","path":"/metadata/labels/team","value":"platform"}]`},
 		{name: "pod with a team", policy: "default-team-label", review: file("unprivileged-pod.json"), wantAllowed: true},
+
+		{name: "native CEL: no team label", policy: "pod-team-label", review: file("pod-without-team.json"),
+			wantMessage: "pod batch-report has no team label"},
+		{name: "native CEL: a team label", policy: "pod-team-label", review: file("unprivileged-pod.json"), wantAllowed: true},
+		{name: "group: privileged pod", policy: "pod-hardening", review: file("privileged-pod.json"),
+			wantMessage: "the pod does not follow the hardening rules"},
+		{name: "group: latest tag but a team", policy: "pod-hardening", review: file("latest-tag-pod.json"), wantAllowed: true},
 		{name: "pod without labels", policy: "default-team-label", review: podReview("", nginx), wantAllowed: true,
 			wantPatch: `[{"op":"add","path":"/metadata/labels","value":{"team":"platform"}}]`},
 		{name: "no default_team setting", policy: "team-fallback", review: podReview(`,"labels":{"app":"nginx"}`, nginx), wantAllowed: true,
