@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -111,10 +110,7 @@ type OPA struct {
 	data     []byte
 	builtins map[int32]string // the builtins left to the host, by id
 
-	mu      sync.Mutex
-	idle    []*opaInstance
-	maxIdle int
-	closed  bool
+	idle idleSet[*opaInstance]
 }
 
 // opaInstance is one instance of an OPA module with its data loaded. It is
@@ -139,7 +135,7 @@ func (r *Runtime) NewOPA(ctx context.Context, m *Module, data []byte, maxIdle in
 	if err := r.instantiateOPAHost(ctx); err != nil {
 		return nil, fmt.Errorf("instantiating the OPA host functions: %w", err)
 	}
-	o := &OPA{r: r, mod: m, data: data, maxIdle: max(maxIdle, 1)}
+	o := &OPA{r: r, mod: m, data: data, idle: newIdleSet[*opaInstance](max(maxIdle, 1))}
 	leave, err := r.enterGuest(ctx)
 	if err != nil {
 		return nil, err
@@ -153,7 +149,7 @@ func (r *Runtime) NewOPA(ctx context.Context, m *Module, data []byte, maxIdle in
 		in.close(ctx)
 		return nil, err
 	}
-	o.idle = append(o.idle, in)
+	o.idle.keep(in)
 	return o, nil
 }
 
@@ -272,42 +268,24 @@ func (o *OPA) Eval(ctx context.Context, input []byte, builtins OPABuiltinFunc) (
 
 // get returns an idle instance or a new one.
 func (o *OPA) get(ctx context.Context) (*opaInstance, error) {
-	o.mu.Lock()
-	if n := len(o.idle); n > 0 {
-		in := o.idle[n-1]
-		o.idle = o.idle[:n-1]
-		o.mu.Unlock()
+	if in, ok := o.idle.take(); ok {
 		return in, nil
 	}
-	o.mu.Unlock()
 	return o.instantiate(ctx)
 }
 
 // put keeps a used instance, or closes it when its memory grew or enough
 // instances are idle.
 func (o *OPA) put(ctx context.Context, in *opaInstance) {
-	if in.mod.Memory().Size() != in.memSize {
+	if in.mod.Memory().Size() != in.memSize || !o.idle.keep(in) {
 		in.close(ctx)
-		return
 	}
-	o.mu.Lock()
-	if o.closed || len(o.idle) >= o.maxIdle {
-		o.mu.Unlock()
-		in.close(ctx)
-		return
-	}
-	o.idle = append(o.idle, in)
-	o.mu.Unlock()
 }
 
 // Close releases the idle instances. Evaluations in flight finish; their
 // instances are then closed.
 func (o *OPA) Close(ctx context.Context) {
-	o.mu.Lock()
-	idle := o.idle
-	o.idle, o.closed = nil, true
-	o.mu.Unlock()
-	for _, in := range idle {
+	for _, in := range o.idle.drain() {
 		in.close(ctx)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
@@ -24,10 +23,7 @@ type Wapc struct {
 	pages   uint32   // memory size at the snapshot, in wasm pages
 	globals []uint64 // values of mod.globals at the snapshot
 
-	mu      sync.Mutex
-	idle    []*instance
-	maxIdle int
-	closed  bool
+	idle idleSet[*instance]
 }
 
 // instance is one wazero module instance with the memory it runs on. It is
@@ -57,7 +53,7 @@ func (r *Runtime) NewWapc(ctx context.Context, m *Module, maxIdle int) (*Wapc, e
 	if !m.Exports("__guest_call") {
 		return nil, errors.New("the module does not export __guest_call: it is not a waPC module")
 	}
-	w := &Wapc{r: r, mod: m, maxIdle: max(maxIdle, 1)}
+	w := &Wapc{r: r, mod: m, idle: newIdleSet[*instance](max(maxIdle, 1))}
 	leave, err := r.enterGuest(ctx)
 	if err != nil {
 		return nil, err
@@ -83,7 +79,7 @@ func (r *Runtime) NewWapc(ctx context.Context, m *Module, maxIdle int) (*Wapc, e
 		for i, g := range in.globals {
 			w.globals[i] = g.Get()
 		}
-		w.idle = append(w.idle, in)
+		w.idle.keep(in)
 	} else {
 		in.close(ctx)
 	}
@@ -163,14 +159,9 @@ func (w *Wapc) initialise(ctx context.Context, in *instance) error {
 
 // get returns an instance in the snapshot state.
 func (w *Wapc) get(ctx context.Context) (*instance, error) {
-	w.mu.Lock()
-	if n := len(w.idle); n > 0 {
-		in := w.idle[n-1]
-		w.idle = w.idle[:n-1]
-		w.mu.Unlock()
+	if in, ok := w.idle.take(); ok {
 		return in, nil
 	}
-	w.mu.Unlock()
 
 	in, err := w.instantiate(ctx, w.snap)
 	if err != nil {
@@ -212,28 +203,15 @@ func (w *Wapc) restore(in *instance) error {
 // put resets a used instance and keeps it, or closes it when it cannot be
 // reset exactly (its memory grew) or enough instances are idle.
 func (w *Wapc) put(ctx context.Context, in *instance) {
-	if w.snap == nil || in.mod.Memory().Size() != w.pages*pageSize || w.restore(in) != nil {
+	if w.snap == nil || in.mod.Memory().Size() != w.pages*pageSize || w.restore(in) != nil || !w.idle.keep(in) {
 		in.close(ctx)
-		return
 	}
-	w.mu.Lock()
-	if w.closed || len(w.idle) >= w.maxIdle {
-		w.mu.Unlock()
-		in.close(ctx)
-		return
-	}
-	w.idle = append(w.idle, in)
-	w.mu.Unlock()
 }
 
 // Close releases the idle instances and the snapshot. Calls in flight
 // finish; their instances are then closed.
 func (w *Wapc) Close(ctx context.Context) {
-	w.mu.Lock()
-	idle := w.idle
-	w.idle, w.closed = nil, true
-	w.mu.Unlock()
-	for _, in := range idle {
+	for _, in := range w.idle.drain() {
 		in.close(ctx)
 	}
 	// The snapshot's mappings stay valid for instances still in flight:
