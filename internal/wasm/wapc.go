@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
 )
 
 // Wapc runs calls into one waPC module (compat 1.1), each on an instance in
@@ -29,12 +28,10 @@ type Wapc struct {
 // instance is one wazero module instance with the memory it runs on. It is
 // used by one goroutine at a time.
 type instance struct {
-	interruptible
-	mod     api.Module
-	mem     *linearMemory
-	sink    *stdio
-	call    api.Function // __guest_call
-	globals []api.MutableGlobal
+	guestState
+	mod  api.Module
+	sink *stdio
+	call api.Function // __guest_call
 }
 
 func (in *instance) close(ctx context.Context) {
@@ -75,10 +72,7 @@ func (r *Runtime) NewWapc(ctx context.Context, m *Module, maxIdle int) (*Wapc, e
 			return nil, err
 		}
 		w.snap, w.pages = snap, size/pageSize
-		w.globals = make([]uint64, len(in.globals))
-		for i, g := range in.globals {
-			w.globals[i] = g.Get()
-		}
+		w.globals = in.saveGlobals(m)
 		w.idle.keep(in)
 	} else {
 		in.close(ctx)
@@ -89,21 +83,13 @@ func (r *Runtime) NewWapc(ctx context.Context, m *Module, maxIdle int) (*Wapc, e
 // instantiate creates an instance on memory of our own (a copy-on-write
 // mapping of snap when given).
 func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, error) {
-	var mem *linearMemory
-	var memErr error
-	alloc := experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
-		mem, memErr = newLinearMemory(max, snap)
-		if memErr != nil {
-			panic(memErr)
-		}
-		return mem
-	})
-	sink := &stdio{}
+	in := &instance{sink: &stdio{}}
 	st := newCallState(nil)
-	sink.call = st
-	ictx := context.WithValue(experimental.WithMemoryAllocator(ctx, alloc), callKey{}, st)
-	mod, err := w.r.rt.InstantiateModule(ictx, w.mod.compiled, moduleConfig(sink))
-	sink.call = nil
+	in.sink.call = st
+	var memErr error
+	ictx := context.WithValue(in.withMemory(ctx, snap, &memErr), callKey{}, st)
+	mod, err := w.r.rt.InstantiateModule(ictx, w.mod.compiled, moduleConfig(in.sink))
+	in.sink.call = nil
 	if err != nil {
 		if memErr != nil {
 			return nil, memErr
@@ -114,18 +100,10 @@ func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, e
 		_ = mod.Close(ctx)
 		return nil, errors.New("the module has no memory")
 	}
-	in := &instance{mod: mod, mem: mem, sink: sink, call: mod.ExportedFunction("__guest_call")}
+	in.mod, in.call = mod, mod.ExportedFunction("__guest_call")
 	if err := in.bind(mod, w.mod); err != nil {
 		_ = mod.Close(ctx)
 		return nil, err
-	}
-	for _, name := range w.mod.globals {
-		g, ok := mod.ExportedGlobal(name).(api.MutableGlobal)
-		if !ok {
-			_ = mod.Close(ctx)
-			return nil, fmt.Errorf("global export %s is missing", name)
-		}
-		in.globals = append(in.globals, g)
 	}
 	return in, nil
 }
@@ -183,27 +161,17 @@ func (w *Wapc) get(ctx context.Context) (*instance, error) {
 			return nil, errors.New("cannot grow a new instance's memory to the snapshot size")
 		}
 	}
-	if err := w.restore(in); err != nil {
+	if err := in.restore(w.globals); err != nil {
 		in.close(ctx)
 		return nil, err
 	}
 	return in, nil
 }
 
-func (w *Wapc) restore(in *instance) error {
-	if err := in.mem.reset(); err != nil {
-		return err
-	}
-	for i, g := range in.globals {
-		g.Set(w.globals[i])
-	}
-	return nil
-}
-
 // put resets a used instance and keeps it, or closes it when it cannot be
 // reset exactly (its memory grew) or enough instances are idle.
 func (w *Wapc) put(ctx context.Context, in *instance) {
-	if w.snap == nil || in.mod.Memory().Size() != w.pages*pageSize || w.restore(in) != nil || !w.idle.keep(in) {
+	if w.snap == nil || in.mod.Memory().Size() != w.pages*pageSize || in.restore(w.globals) != nil || !w.idle.keep(in) {
 		in.close(ctx)
 	}
 }

@@ -197,13 +197,11 @@ type wasiOutcome struct {
 // _start call. Its fields belong to that goroutine; requests reach it through
 // reqs.
 type wasiInstance struct {
-	interruptible
-	pool    *WASIPool
-	mod     api.Module
-	mem     *linearMemory // nil when the module has no memory
-	sink    *stdio
-	globals []api.MutableGlobal
-	reqs    chan *wasiRequest // capacity 1; nil asks the instance to end
+	guestState // mem is nil when the module has no memory
+	pool       *WASIPool
+	mod        api.Module
+	sink       *stdio
+	reqs       chan *wasiRequest // capacity 1; nil asks the instance to end
 
 	cur  *wasiRequest      // the request being served
 	stop func() (irq bool) // ends cur's deadline guard
@@ -246,14 +244,7 @@ func pooledInstance(ctx context.Context) *wasiInstance {
 func (p *WASIPool) start(ctx context.Context, req *wasiRequest) error {
 	in := &wasiInstance{pool: p, sink: &stdio{call: req.st}, reqs: make(chan *wasiRequest, 1)}
 	var memErr error
-	alloc := experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
-		in.mem, memErr = newLinearMemory(max, nil)
-		if memErr != nil {
-			panic(memErr)
-		}
-		return in.mem
-	})
-	ictx := experimental.WithMemoryAllocator(context.WithValue(ctx, callKey{}, req.st), alloc)
+	ictx := in.withMemory(context.WithValue(ctx, callKey{}, req.st), nil, &memErr)
 	mod, err := p.r.rt.InstantiateModule(ictx, p.mod.compiled, moduleConfig(in.sink, wasiProgramName, p.command))
 	if err != nil {
 		if memErr != nil {
@@ -265,14 +256,6 @@ func (p *WASIPool) start(ctx context.Context, req *wasiRequest) error {
 	if err := in.bind(mod, p.mod); err != nil {
 		_ = mod.Close(ctx)
 		return err
-	}
-	for _, name := range p.mod.globals {
-		g, ok := mod.ExportedGlobal(name).(api.MutableGlobal)
-		if !ok {
-			_ = mod.Close(ctx)
-			return fmt.Errorf("global export %s is missing", name)
-		}
-		in.globals = append(in.globals, g)
 	}
 	p.mu.Lock()
 	if p.closed { // Close may be waiting for the goroutines already
@@ -390,17 +373,12 @@ func (in *wasiInstance) firstRead(ctx context.Context, m api.Module, params []ui
 		pristine:    append([]byte(nil), (*buf)...),
 		mem:         mem,
 		memSize:     size,
-		globals:     make([]uint64, len(in.globals)),
+		globals:     in.saveGlobals(in.pool.mod),
 		iovs:        uint32(params[1]),
 		iovsCount:   uint32(params[2]),
 		resultNread: uint32(params[3]),
 		stdout:      append([]byte(nil), st.stdout.buf...),
 		stderr:      append([]byte(nil), st.stderr.buf...),
-	}
-	for i, g := range in.globals {
-		if in.pool.mod.globals[i] != in.pool.mod.interrupt { // the flag stays 0: a deadline may be setting it now
-			s.globals[i] = g.Get()
-		}
 	}
 	in.snap = s
 }
@@ -421,7 +399,7 @@ func (in *wasiInstance) exit(m api.Module, code uint32) {
 	if code != 0 || irq {
 		err = callError(req.ctx, &exitPanic{code: code}, res.Stderr, irq)
 	}
-	keep := !irq && !in.fdClosed && m.Memory().Size() == s.memSize && in.reset() == nil && in.pool.put(in)
+	keep := !irq && !in.fdClosed && m.Memory().Size() == s.memSize && in.restore(s.globals) == nil && in.pool.put(in)
 	req.reply <- wasiOutcome{res: res, err: err}
 	in.cur = nil
 	if !keep {
@@ -435,17 +413,6 @@ func (in *wasiInstance) exit(m api.Module, code uint32) {
 	errno := in.deliverStdin(m)
 	copy(*s.stackBuf, s.pristine)
 	s.stack.Restore([]uint64{uint64(errno)})
-}
-
-// reset puts the memory and the globals back to the snapshot.
-func (in *wasiInstance) reset() error {
-	if err := in.mem.reset(); err != nil {
-		return err
-	}
-	for i, g := range in.globals {
-		g.Set(in.snap.globals[i])
-	}
-	return nil
 }
 
 // WASI errno values fd_read can return here.
