@@ -1,15 +1,12 @@
 package policyserver_test
 
 import (
-	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/wardenhq/warden/internal/metadata"
-	"github.com/wardenhq/warden/internal/policyserver"
 	"github.com/wardenhq/warden/internal/rego/regotest"
 )
 
@@ -85,11 +82,7 @@ unique:
   module: `+labels+`
   contextAwareResources: [{apiVersion: networking.k8s.io/v1, kind: Ingress}]
 `))
-	srv, err := policyserver.New(context.Background(), opts, slog.New(slog.DiscardHandler))
-	if err == nil {
-		srv.Close(context.Background())
-	}
-	if err == nil || !strings.Contains(err.Error(), "Rego policies cannot read Kubernetes resources in this version of Warden") {
+	if err := startFailure(t, opts); !strings.Contains(err.Error(), "Rego policies cannot read Kubernetes resources in this version of Warden") {
 		t.Fatalf("got %v", err)
 	}
 }

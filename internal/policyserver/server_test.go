@@ -480,17 +480,24 @@ func TestStartupFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := testOptions(t, writePolicies(t, tt.policies))
-			srv, err := policyserver.New(context.Background(), opts, slog.New(slog.DiscardHandler))
-			if err == nil {
-				srv.Close(context.Background())
-				t.Fatal("the server started")
-			}
+			err := startFailure(t, testOptions(t, writePolicies(t, tt.policies)))
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error = %v, want it to contain %q", err, tt.want)
 			}
 		})
 	}
+}
+
+// startFailure creates a server that must fail to load its policies, and
+// returns the error.
+func startFailure(t *testing.T, opts policyserver.Options) error {
+	t.Helper()
+	srv, err := policyserver.New(context.Background(), opts, slog.New(slog.DiscardHandler))
+	if err == nil {
+		srv.Close(context.Background())
+		t.Fatal("the server started")
+	}
+	return err
 }
 
 func TestContinueOnErrors(t *testing.T) {
