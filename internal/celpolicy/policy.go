@@ -264,11 +264,11 @@ const maxPooledNodes = 1 << 15
 
 // release drops what the evaluation read and pools the activation.
 func (p *Policy) release(a *activation) {
-	a.ctx, a.in, a.budgetErr, a.doc.text = nil, input{}, nil, ""
+	a.ctx, a.in, a.budgetErr, a.doc.Text = nil, input{}, nil, ""
 	clear(a.doc.vals)
 	clear(a.vars)
-	if cap(a.doc.nodes) > maxPooledNodes {
-		a.doc.nodes, a.doc.vals = nil, nil
+	if cap(a.doc.Nodes) > maxPooledNodes {
+		a.doc.Nodes, a.doc.vals = nil, nil
 	}
 	p.activations.Put(a)
 }

@@ -83,14 +83,14 @@ var (
 // key differs from a field name only in case (encoding/json would match it),
 // object is an object or null, oldObject is absent, an object or null.
 func (in *input) fast(d *document) bool {
-	if d.nodes[0].kind != '{' || !d.unique(0) || !d.typed(0, requestFields) {
+	if d.Nodes[0].Kind != '{' || !d.Unique(0) || !d.typed(0, requestFields) {
 		return false
 	}
-	object, ok := d.objectOrEmpty(d.member(0, varObject), false)
+	object, ok := d.objectOrEmpty(d.Member(0, varObject), false)
 	if !ok {
 		return false
 	}
-	oldObject, ok := d.objectOrEmpty(d.member(0, varOldObject), true)
+	oldObject, ok := d.objectOrEmpty(d.Member(0, varOldObject), true)
 	if !ok {
 		return false
 	}
@@ -103,9 +103,9 @@ func (d *document) objectOrEmpty(i int32, absentOK bool) (ref.Val, bool) {
 	switch {
 	case i < 0:
 		return emptyObject, absentOK
-	case d.nodes[i].kind == 'n':
+	case d.Nodes[i].Kind == 'n':
 		return emptyObject, true
-	case d.nodes[i].kind == '{':
+	case d.Nodes[i].Kind == '{':
 		return d.value(i), true
 	}
 	return nil, false
@@ -114,9 +114,9 @@ func (d *document) objectOrEmpty(i int32, absentOK bool) (ref.Val, bool) {
 // typed reports whether the members of the object at node i that match
 // fields (in any case) match exactly and have the field's JSON type or null.
 func (d *document) typed(i int32, fields map[string]byte) bool {
-	end := d.nodes[i].next
-	for k := i + 1; k < end; k = d.nodes[k+1].next {
-		key, v := d.str(k), d.nodes[k+1]
+	end := d.Nodes[i].Next
+	for k := i + 1; k < end; k = d.Nodes[k+1].Next {
+		key, v := d.Str(k), d.Nodes[k+1]
 		want, ok := fields[key]
 		if !ok {
 			for name := range fields {
@@ -126,21 +126,21 @@ func (d *document) typed(i int32, fields map[string]byte) bool {
 			}
 			continue
 		}
-		if v.kind == 'n' || want == 0 {
+		if v.Kind == 'n' || want == 0 {
 			continue
 		}
 		switch want {
 		case 'b':
-			ok = v.kind == 't' || v.kind == 'f'
+			ok = v.Kind == 't' || v.Kind == 'f'
 		case 's':
-			ok = v.kind == '['
-			for e := k + 2; ok && e < v.next; e = d.nodes[e].next {
-				ok = d.nodes[e].kind == '"' || d.nodes[e].kind == 'n'
+			ok = v.Kind == '['
+			for e := k + 2; ok && e < v.Next; e = d.Nodes[e].Next {
+				ok = d.Nodes[e].Kind == '"' || d.Nodes[e].Kind == 'n'
 			}
 		case '{':
-			ok = v.kind == '{' && d.unique(k+1) && d.typed(k+1, nestedFields[key])
+			ok = v.Kind == '{' && d.Unique(k+1) && d.typed(k+1, nestedFields[key])
 		default:
-			ok = v.kind == want
+			ok = v.Kind == want
 		}
 		if !ok {
 			return false

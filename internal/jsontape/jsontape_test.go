@@ -1,0 +1,85 @@
+package jsontape
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+)
+
+// decodes reports whether encoding/json decodes text into any.
+func decodes(text string) bool {
+	var v any
+	return json.Unmarshal([]byte(text), &v) == nil
+}
+
+func TestParseAcceptsWhatEncodingJSONDecodes(t *testing.T) {
+	tests := []string{
+		`{}`, `[]`, `""`, `0`, `-0.5e+3`, `true`, `null`, ` {"a" : [1, "x", {"b": null}] } `,
+		`"\u00e9\ud83d\ude00\n"`, `{"a":1,"a":2}`,
+		``, `{`, `{"a"}`, `[1,]`, `01`, `1.`, `.5`, `"\x"`, `"` + "\x01" + `"`, `tru`, `{} {}`,
+		`1e400`, strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	}
+	for _, text := range tests {
+		var tape Tape
+		if got, want := tape.Parse(text), decodes(text); got != want {
+			t.Errorf("Parse(%.40q) = %v, encoding/json decodes it: %v", text, got, want)
+		}
+	}
+}
+
+func TestReaders(t *testing.T) {
+	var tape Tape
+	if !tape.Parse(`{"s":"a\tb","n":-12.5,"o":{"k":[1,2]},"r":1,"r":2}`) {
+		t.Fatal("Parse failed")
+	}
+	if got := tape.Str(tape.Member(0, "s")); got != "a\tb" {
+		t.Errorf(`Str(s) = %q`, got)
+	}
+	if got := tape.Number(tape.Member(0, "n")); got != -12.5 {
+		t.Errorf("Number(n) = %v", got)
+	}
+	o := tape.Member(0, "o")
+	if got := tape.Raw(o); got != `{"k":[1,2]}` {
+		t.Errorf("Raw(o) = %s", got)
+	}
+	if k := tape.Member(o, "k"); tape.Nodes[k].Count != 2 {
+		t.Errorf("k has %d elements, want 2", tape.Nodes[k].Count)
+	}
+	if tape.Member(0, "missing") != -1 {
+		t.Error("Member(missing) found something")
+	}
+	if !tape.Unique(o) || tape.Unique(0) {
+		t.Errorf("Unique(o) = %v, Unique(root) = %v; want true, false", tape.Unique(o), tape.Unique(0))
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(`{"a":[1,2.5e3,"\u00e9"],"b":null}`)
+	f.Add(`"\ud800x"`)
+	f.Fuzz(func(t *testing.T, text string) {
+		var tape Tape
+		ok := tape.Parse(text)
+		if ok != decodes(text) {
+			t.Fatalf("Parse = %v, encoding/json decodes it: %v", ok, !ok)
+		}
+		if !ok {
+			return
+		}
+		for i := range tape.Nodes {
+			switch n := tape.Nodes[i]; n.Kind {
+			case '"':
+				var want string
+				if err := json.Unmarshal([]byte(tape.Raw(int32(i))), &want); err != nil || want != tape.Str(int32(i)) {
+					t.Fatalf("Str(%d) = %q, encoding/json: %q (%v)", i, tape.Str(int32(i)), want, err)
+				}
+			case '0':
+				var want float64
+				if err := json.Unmarshal([]byte(tape.Raw(int32(i))), &want); err != nil ||
+					math.Float64bits(want) != math.Float64bits(tape.Number(int32(i))) {
+					t.Fatalf("Number(%d) = %v, encoding/json: %v (%v)", i, tape.Number(int32(i)), want, err)
+				}
+			}
+		}
+	})
+}
