@@ -1,7 +1,10 @@
 // Command floorserver is the "floor" of Warden's benchmarks: the least an
 // HTTPS admission webhook written in Go can do. For POST /validate/{name} it
-// decodes the AdmissionReview with encoding/json (admission.DecodeReview) and
-// allows it; a body that does not decode is answered 400. Measured in the same
+// decodes the AdmissionReview with encoding/json, as a plain Go webhook
+// would, into the fields the policy server reads, and allows it; a body that
+// does not decode is answered 400. It does not use the policy server's own
+// one-pass decoder, so that the floor stays the plain Go webhook it stands
+// for. Measured in the same
 // run as the policy server, it shows what the HTTP, TLS and JSON stack cost
 // on that machine, so the policy server's figures can be read against it.
 //
@@ -12,6 +15,6 @@
 // -cacert).
 //
 // It is a development tool for loopback use. It imports only the standard
-// library and internal/admission; it must not import the policy server, which
-// it is the baseline for.
+// library and internal/admission's wire types; it must not import the policy
+// server, which it is the baseline for.
 package main

@@ -32,12 +32,18 @@ func validate(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "reading the request body: "+err.Error(), status)
 		return
 	}
-	req, err := admission.DecodeReview(body)
+	var review struct {
+		Request *admission.Request `json:"request"`
+	}
+	err = json.Unmarshal(body, &review)
+	if err == nil && review.Request == nil {
+		err = admission.ErrNoRequest
+	}
 	if err != nil {
 		http.Error(w, "decoding the AdmissionReview: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	out, err := json.Marshal(admission.NewReview(&admission.Response{UID: req.UID, Allowed: true}))
+	out, err := json.Marshal(admission.NewReview(&admission.Response{UID: review.Request.UID, Allowed: true}))
 	if err != nil {
 		http.Error(w, "encoding the AdmissionReview: "+err.Error(), http.StatusInternalServerError)
 		return

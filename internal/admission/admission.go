@@ -3,7 +3,7 @@
 //
 // The request is kept as raw bytes and handed to policies verbatim (compat 1.3:
 // "as received"); only the fields Warden itself needs are decoded. It imports
-// nothing from Warden.
+// nothing from Warden but jsontape.
 package admission
 
 import (
@@ -59,8 +59,19 @@ type reviewIn struct {
 	Request json.RawMessage `json:"request"`
 }
 
-// DecodeReview decodes an AdmissionReview body.
+// DecodeReview decodes an AdmissionReview body, with encoding/json's
+// meaning and errors. The raw fields of the Request share body's memory:
+// body must not change while the Request is in use.
 func DecodeReview(body []byte) (*Request, error) {
+	if r, ok := decodeReviewFast(body); ok {
+		return r, nil
+	}
+	return decodeReviewSlow(body)
+}
+
+// decodeReviewSlow is DecodeReview with encoding/json, for what the fast
+// decoder leaves to it: errors and unusual shapes.
+func decodeReviewSlow(body []byte) (*Request, error) {
 	var in reviewIn
 	if err := json.Unmarshal(body, &in); err != nil {
 		return nil, err

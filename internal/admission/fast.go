@@ -1,0 +1,134 @@
+package admission
+
+import (
+	"strings"
+	"sync"
+
+	"github.com/wardenhq/warden/internal/jsontape"
+)
+
+// The fast decoder reads an AdmissionReview in one pass (jsontape) where
+// encoding/json would scan the body four times: twice for the review and
+// twice for the request. It takes only reviews that encoding/json decodes
+// without error into the same Request, and leaves everything else (errors,
+// repeated keys, keys that differ from a field name only in case, fields of
+// the wrong JSON type) to encoding/json, so that the answers and the error
+// messages stay encoding/json's.
+
+// tapes reuses tapes between requests; a Request keeps nothing of its tape.
+var tapes = sync.Pool{New: func() any { return new(jsontape.Tape) }}
+
+// JSON types of the decoded fields, by tape node kind; 0 accepts any value.
+// The request's type is checked on its own, as the object it is.
+var (
+	reviewFields  = map[string]byte{"request": 0}
+	requestFields = map[string]byte{
+		"uid": '"', "kind": '{', "requestKind": '{', "name": '"', "namespace": '"',
+		"operation": '"', "object": 0, "oldObject": 0,
+	}
+	gvkFields = map[string]byte{"group": '"', "version": '"', "kind": '"'}
+)
+
+// decodeReviewFast decodes body when it is a review the fast decoder takes.
+func decodeReviewFast(body []byte) (*Request, bool) {
+	t := tapes.Get().(*jsontape.Tape)
+	defer tapes.Put(t)
+	if !t.Parse(string(body)) || !typedObject(t, 0, reviewFields) {
+		return nil, false
+	}
+	req := t.Member(0, "request")
+	if req < 0 || t.Nodes[req].Kind != '{' || !typedObject(t, req, requestFields) {
+		return nil, false // no request, or null: encoding/json's error
+	}
+	r := &Request{Raw: raw(t, body, req)}
+	end := t.Nodes[req].Next
+	for k := req + 1; k < end; k = t.Nodes[k+1].Next {
+		v := k + 1
+		if t.Nodes[v].Kind == 'n' {
+			switch t.Str(k) {
+			case "object":
+				r.Object = raw(t, body, v)
+			case "oldObject":
+				r.OldObject = raw(t, body, v)
+			}
+			continue // encoding/json leaves other fields unset for null
+		}
+		switch t.Str(k) {
+		case "uid":
+			r.UID = t.Str(v)
+		case "kind":
+			r.Kind = gvk(t, v)
+		case "requestKind":
+			rk := gvk(t, v)
+			r.RequestKind = &rk
+		case "name":
+			r.Name = t.Str(v)
+		case "namespace":
+			r.Namespace = t.Str(v)
+		case "operation":
+			r.Operation = t.Str(v)
+		case "object":
+			r.Object = raw(t, body, v)
+		case "oldObject":
+			r.OldObject = raw(t, body, v)
+		}
+	}
+	return r, true
+}
+
+// raw returns the text of the value at node i as a slice of body.
+func raw(t *jsontape.Tape, body []byte, i int32) []byte {
+	n := t.Nodes[i]
+	return body[n.Start:n.End:n.End]
+}
+
+func gvk(t *jsontape.Tape, i int32) GroupVersionKind {
+	var g GroupVersionKind
+	end := t.Nodes[i].Next
+	for k := i + 1; k < end; k = t.Nodes[k+1].Next {
+		if t.Nodes[k+1].Kind == 'n' {
+			continue
+		}
+		switch t.Str(k) {
+		case "group":
+			g.Group = t.Str(k + 1)
+		case "version":
+			g.Version = t.Str(k + 1)
+		case "kind":
+			g.Kind = t.Str(k + 1)
+		}
+	}
+	return g
+}
+
+// typedObject reports whether node i is an object without repeated keys
+// whose members named in fields have the field's JSON type or null, with no
+// key that matches a field name only in another case (encoding/json would
+// take it for the field); objects named in fields are checked against
+// gvkFields.
+func typedObject(t *jsontape.Tape, i int32, fields map[string]byte) bool {
+	if t.Nodes[i].Kind != '{' || !t.Unique(i) {
+		return false
+	}
+	end := t.Nodes[i].Next
+	for k := i + 1; k < end; k = t.Nodes[k+1].Next {
+		key, v := t.Str(k), k+1
+		want, ok := fields[key]
+		if !ok {
+			for name := range fields {
+				if strings.EqualFold(key, name) {
+					return false
+				}
+			}
+			continue
+		}
+		switch kind := t.Nodes[v].Kind; {
+		case kind == 'n' || want == 0:
+		case kind != want:
+			return false
+		case want == '{' && !typedObject(t, v, gvkFields):
+			return false
+		}
+	}
+	return true
+}
