@@ -142,6 +142,9 @@ func Load(ctx context.Context, configs map[string]*PolicyConfig, opts Options) (
 		e.Close(ctx)
 		return nil, errors.Join(errs...)
 	}
+	// Guest initialisation and settings validation ran code that requests
+	// mostly do not: let its pages leave the resident set.
+	opts.Runtime.ReleaseCode()
 	return e, nil
 }
 

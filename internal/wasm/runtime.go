@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -53,7 +54,15 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	compiled map[string]*compileEntry // by digest of the original bytes
+
+	codeDir string       // where the files backing machine code go
+	code    []codeRegion // the machine code moved into files; guarded by codeMu
 }
+
+// codeMu serialises the creation of wazero's machine-code mappings, so that
+// the mappings a compilation creates can be told apart (codemap_linux.go),
+// and guards Runtime.code against Close.
+var codeMu sync.Mutex
 
 type compileEntry struct {
 	done chan struct{}
@@ -90,8 +99,16 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	codeDir := cfg.CacheDir
+	if codeDir == "" {
+		codeDir = os.TempDir()
+	}
+	codeMu.Lock()
+	rt := wazero.NewRuntimeWithConfig(ctx, rc)
+	codeMu.Unlock()
 	r := &Runtime{
-		rt:         wazero.NewRuntimeWithConfig(ctx, rc),
+		rt:         rt,
+		codeDir:    codeDir,
 		cache:      cache,
 		memLimit:   pages * pageSize,
 		logger:     logger,
@@ -107,6 +124,9 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 
 // Close releases every module and instance of the runtime.
 func (r *Runtime) Close(ctx context.Context) error {
+	codeMu.Lock()
+	r.code = nil
+	codeMu.Unlock()
 	err := r.rt.Close(ctx)
 	if r.cache != nil {
 		err = errors.Join(err, r.cache.Close(ctx))
@@ -177,7 +197,7 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 	if err != nil {
 		return nil, fmt.Errorf("reading module: %w", err)
 	}
-	cm, err := r.rt.CompileModule(experimental.WithFunctionListenerFactory(ctx, yieldListeners{}), rewritten)
+	cm, err := r.compileCode(ctx, rewritten)
 	if err != nil {
 		return nil, fmt.Errorf("compiling module: %w", err)
 	}
@@ -195,6 +215,37 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 		budget:    inst.budget,
 		start:     inst.start,
 	}, nil
+}
+
+// compileCode compiles a module with every core, one compilation at a time,
+// and moves its machine code into a file mapping. A module whose code
+// cannot be moved (a read-only file system) keeps it in memory.
+func (r *Runtime) compileCode(ctx context.Context, module []byte) (wazero.CompiledModule, error) {
+	ctx = experimental.WithFunctionListenerFactory(ctx, yieldListeners{})
+	ctx = experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0))
+	codeMu.Lock()
+	defer codeMu.Unlock()
+	mapper := newCodeMapper()
+	cm, err := r.rt.CompileModule(ctx, module)
+	if err != nil {
+		return nil, err
+	}
+	moved, err := mapper.moved(r.codeDir)
+	r.code = append(r.code, moved...)
+	if err != nil {
+		r.logger.WarnContext(ctx, "machine code stays in anonymous memory", "dir", r.codeDir, "error", err)
+	}
+	return cm, nil
+}
+
+// ReleaseCode drops the pages of machine code that are not running from
+// the process's resident set; the code that runs next reads its pages back
+// from the page cache. Call it after a burst of work that ran code requests
+// will not run again, such as loading policies (guest initialisation).
+func (r *Runtime) ReleaseCode() {
+	codeMu.Lock()
+	defer codeMu.Unlock()
+	releaseRegions(r.code)
 }
 
 // ErrDeadlineExceeded is returned when a guest call runs past its deadline.

@@ -1,0 +1,118 @@
+//go:build linux
+
+package wasm_test
+
+import (
+	"bufio"
+	"context"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/wardenhq/warden/internal/logtest"
+	"github.com/wardenhq/warden/internal/wasm"
+)
+
+// mapping is one entry of /proc/self/smaps.
+type mapping struct {
+	perms, path string
+	rssKB       int
+}
+
+func smaps(t *testing.T) map[string]mapping {
+	t.Helper()
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]mapping{}
+	var cur string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) >= 5 && strings.Contains(fields[0], "-") && len(fields[1]) == 4:
+			cur = fields[0]
+			out[cur] = mapping{perms: fields[1], path: strings.Join(fields[5:], " ")}
+		case len(fields) >= 2 && fields[0] == "Rss:":
+			m := out[cur]
+			m.rssKB, _ = strconv.Atoi(fields[1])
+			out[cur] = m
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func anonExec(maps map[string]mapping) map[string]bool {
+	out := map[string]bool{}
+	for addr, m := range maps {
+		if m.perms == "r-xp" && m.path == "" {
+			out[addr] = true
+		}
+	}
+	return out
+}
+
+// Not parallel: it reads the process's mappings, which parallel tests
+// change.
+func TestMachineCodeIsFileBacked(t *testing.T) {
+	ctx := context.Background()
+	rt := newRuntime(t, wasm.Config{})
+	before := anonExec(smaps(t))
+	w := newWapc(t, rt, "labels")
+
+	maps := smaps(t)
+	for addr := range anonExec(maps) {
+		if !before[addr] {
+			t.Errorf("compiling left anonymous machine code at %s", addr)
+		}
+	}
+	regions := wasm.CodeRegions(rt)
+	if len(regions) == 0 {
+		t.Fatal("no machine code moved into a file")
+	}
+	for _, addr := range regions {
+		m, ok := maps[addr]
+		if !ok || m.perms != "r-xp" || !strings.Contains(m.path, "warden-code-") || !strings.HasSuffix(m.path, "(deleted)") {
+			t.Errorf("code at %s is mapped as %+v (present: %v), want an unlinked warden-code file", addr, m, ok)
+		}
+	}
+
+	rt.ReleaseCode()
+	maps = smaps(t)
+	for _, addr := range regions {
+		if rss := maps[addr].rssKB; rss != 0 {
+			t.Errorf("code at %s keeps %d KiB resident after ReleaseCode", addr, rss)
+		}
+	}
+	// The code pages come back from the file when the code runs.
+	payload := []byte(`{"request":{"uid":"x","object":{"metadata":{"labels":{"a":"b"}}}},"settings":{"denied_labels":["a"]}}`)
+	out, err := w.Call(ctx, nil, "validate", payload)
+	if err != nil || !strings.Contains(string(out), `"accepted":false`) {
+		t.Fatalf("validate after ReleaseCode: %s, %v", out, err)
+	}
+}
+
+func TestMachineCodeStaysWhenItCannotBeMoved(t *testing.T) {
+	var logs logtest.Buffer
+	rt := newRuntime(t, wasm.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	wasm.SetCodeDir(rt, t.TempDir()+"/missing")
+	w := newWapc(t, rt, "labels")
+	if regions := wasm.CodeRegions(rt); len(regions) != 0 {
+		t.Errorf("code moved into files in a missing directory: %v", regions)
+	}
+	if !strings.Contains(logs.String(), "machine code stays in anonymous memory") {
+		t.Errorf("no warning logged; logs:\n%s", logs.String())
+	}
+	rt.ReleaseCode()
+	payload := []byte(`{"request":{"uid":"x","object":{"metadata":{}}},"settings":{}}`)
+	if out, err := w.Call(context.Background(), nil, "validate", payload); err != nil || !strings.Contains(string(out), `"accepted":true`) {
+		t.Fatalf("validate: %s, %v", out, err)
+	}
+}
