@@ -1,0 +1,36 @@
+# Warden's generated files: deepcopy functions, CustomResourceDefinitions and
+# the controller's RBAC role, all produced by controller-gen from the markers
+# in api/policies/v1 and internal/controller.
+#
+#   make generate          rewrite the generated files
+#   make verify-generate   fail, with a diff, when they are out of date
+#
+# controller-gen is built from the Go module proxy at the pinned version (go
+# run caches the binary); the main go.mod does not depend on it.
+
+CONTROLLER_TOOLS_VERSION := v0.21.0
+CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+
+# Output directories. hack/verify-generate.sh points them at a scratch
+# directory; an empty DEEPCOPY_DIR writes zz_generated.deepcopy.go next to the
+# types.
+CRD_DIR ?= config/crd/bases
+RBAC_DIR ?= config/rbac
+DEEPCOPY_DIR ?=
+
+# Name of the ClusterRole in config/rbac/role.yaml.
+RBAC_ROLE_NAME := warden-controller
+
+.PHONY: generate
+generate:
+	mkdir -p $(CRD_DIR) $(RBAC_DIR)
+	rm -f $(CRD_DIR)/*.yaml
+	$(CONTROLLER_GEN) \
+		object $(if $(DEEPCOPY_DIR),output:object:dir=$(DEEPCOPY_DIR)) \
+		crd output:crd:dir=$(CRD_DIR) \
+		rbac:roleName=$(RBAC_ROLE_NAME) output:rbac:dir=$(RBAC_DIR) \
+		paths=./api/... paths=./internal/controller/...
+
+.PHONY: verify-generate
+verify-generate:
+	hack/verify-generate.sh
