@@ -1,0 +1,148 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+	"github.com/wardenhq/warden/internal/buildinfo"
+)
+
+// Main runs the controller command: it parses args (without the program
+// name), reconciles until ctx is done, and returns the exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	opts := DefaultOptions()
+	if port := os.Getenv("KUBEWARDEN_POLICY_SERVER_SERVICES_METRICS_PORT"); port != "" {
+		if p, err := strconv.ParseInt(port, 10, 32); err == nil {
+			opts.PolicyServerMetricsPort = int32(p)
+		}
+	}
+	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	opts.AddFlags(fs)
+	version := fs.Bool("version", false, "Print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *version {
+		fmt.Fprintf(stdout, "controller (Warden) %s\n", buildinfo.String())
+		return 0
+	}
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 2
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	cfg, err := restConfig(opts.Kubeconfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	mgr, err := NewManager(cfg, opts, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	if err := mgr.Start(ctx); err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// Scheme returns a scheme with the Kubernetes types and Warden's.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := policiesv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewManager builds a controller-runtime manager with every reconciler of
+// the controller registered; Start runs it.
+func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manager, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Logger:                  logr.FromSlogHandler(logger.Handler()),
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		LeaderElection:          opts.LeaderElect,
+		LeaderElectionID:        "warden-controller",
+		LeaderElectionNamespace: opts.DeploymentsNamespace,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	for _, kind := range policyKinds {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, policiesv1.NewPolicy(kind), policyServerIndex, indexPolicyServer); err != nil {
+			return nil, fmt.Errorf("indexing %s: %w", kind, err)
+		}
+	}
+	psr := &PolicyServerReconciler{
+		Client:                             mgr.GetClient(),
+		Scheme:                             scheme,
+		Namespace:                          opts.DeploymentsNamespace,
+		AlwaysAcceptOnDeploymentsNamespace: opts.AlwaysAcceptAdmissionReviewsOnDeploymentsNamespace,
+		EnableMetrics:                      opts.EnableMetrics,
+		MetricsPort:                        opts.PolicyServerMetricsPort,
+		PolicyServerURL:                    opts.PolicyServerURL,
+	}
+	if err := psr.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the PolicyServer reconciler: %w", err)
+	}
+	for _, kind := range policyKinds {
+		pr := &PolicyReconciler{
+			Client:          mgr.GetClient(),
+			Kind:            kind,
+			Namespace:       opts.DeploymentsNamespace,
+			PolicyServerURL: opts.PolicyServerURL,
+		}
+		if err := pr.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the %s reconciler: %w", kind, err)
+		}
+	}
+	return mgr, nil
+}

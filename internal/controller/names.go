@@ -1,0 +1,54 @@
+package controller
+
+// Names of the objects and labels the controller reads and writes, as
+// Kubewarden's controller names them (compat 5.3 to 5.5).
+const (
+	// caSecretName is the Secret of Warden's CA, in the deployments
+	// namespace: ca.crt, ca.key, and old-ca.crt during a rotation.
+	caSecretName = "kubewarden-ca"
+	caCertKey    = "ca.crt"
+	caKeyKey     = "ca.key"
+	oldCACertKey = "old-ca.crt"
+	caCommonName = "kubewarden-controller-ca"
+
+	// certFormatAnnotation marks the serving-certificate Secrets.
+	certFormatAnnotation = "kubewarden.io/cert-format-version"
+	certFormatVersion    = "1"
+
+	// policiesKey and sourcesKey are the keys of a policy server's
+	// ConfigMap.
+	policiesKey = "policies.yml"
+	sourcesKey  = "sources.yml"
+
+	// policyServerLabel carries the PolicyServer name on its ConfigMap,
+	// Service, pods and the webhook configurations of its policies.
+	policyServerLabel = "kubewarden/policy-server"
+	// configVersionLabel carries the resourceVersion of the ConfigMap a pod
+	// (and the StatefulSet) was made for.
+	configVersionLabel = "kubewarden/config-version"
+	// partOfLabel marks every object Warden manages.
+	partOfLabel = "app.kubernetes.io/part-of"
+	partOf      = "kubewarden"
+
+	// Annotations of the webhook configurations naming their policy.
+	policyNameAnnotation      = "kubewardenPolicyName"
+	policyNamespaceAnnotation = "kubewardenPolicyNamespace"
+
+	// webhookSuffix ends the name of a policy's webhook.
+	webhookSuffix = ".kubewarden.admission"
+
+	// Mount points and files in the policy server container.
+	pkiDir    = "/pki"
+	configDir = "/config"
+	storeDir  = "/tmp"
+)
+
+// commonLabels are the labels of a policy server's objects and pods.
+func commonLabels(instance string) map[string]string {
+	return map[string]string{
+		"app.kubernetes.io/component":  "policy-server",
+		"app.kubernetes.io/instance":   instance,
+		partOfLabel:                    partOf,
+		"app.kubernetes.io/managed-by": "kubewarden-controller",
+	}
+}

@@ -1,0 +1,83 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+
+	"github.com/spf13/pflag"
+)
+
+// Options configures the controller. The flag names are Kubewarden's
+// controller's (compat 5.6) where it has the same setting.
+type Options struct {
+	// Kubeconfig is the kubeconfig file to use; empty: $KUBECONFIG, then
+	// the in-cluster configuration.
+	Kubeconfig string
+	// MetricsBindAddress serves the controller's metrics; "0" disables it.
+	MetricsBindAddress string
+	// HealthProbeBindAddress serves /healthz and /readyz; "0" disables it.
+	HealthProbeBindAddress string
+	// LeaderElect makes the controller take a Lease before reconciling, so
+	// that only one of its replicas works at a time.
+	LeaderElect bool
+	// DeploymentsNamespace is where the policy servers run and the CA lives.
+	DeploymentsNamespace string
+	// AlwaysAcceptAdmissionReviewsOnDeploymentsNamespace makes the policy
+	// servers accept every request about objects of DeploymentsNamespace.
+	AlwaysAcceptAdmissionReviewsOnDeploymentsNamespace bool
+	// EnableMetrics turns the policy servers' metrics on.
+	EnableMetrics bool
+	// PolicyServerMetricsPort is the Service port of the policy servers'
+	// metrics when a PolicyServer sets none.
+	PolicyServerMetricsPort int32
+	// PolicyServerURL is a development option: the webhook configurations
+	// of policies call this URL (with /validate/<policy> appended) instead
+	// of the policy server's Service, and the serving certificates cover
+	// its host. It lets a policy server run as a local process against an
+	// API server that cannot resolve Services (a kind-less test cluster).
+	// Every PolicyServer gets the same URL, so it suits one PolicyServer.
+	PolicyServerURL string
+}
+
+// DefaultOptions returns the defaults of the flags.
+func DefaultOptions() Options {
+	return Options{
+		MetricsBindAddress:      ":8088",
+		HealthProbeBindAddress:  ":8081",
+		PolicyServerMetricsPort: 8080,
+	}
+}
+
+// AddFlags registers the options as flags of fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; default: $KUBECONFIG, then the in-cluster configuration")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address the metrics endpoint binds to; "0" disables it`)
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, `Address the health probe endpoint binds to; "0" disables it`)
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Take a Lease before reconciling, so that one controller replica is active at a time")
+	fs.StringVar(&o.DeploymentsNamespace, "deployments-namespace", o.DeploymentsNamespace, "Namespace of the policy servers and of Warden's CA (required)")
+	fs.BoolVar(&o.AlwaysAcceptAdmissionReviewsOnDeploymentsNamespace, "always-accept-admission-reviews-on-deployments-namespace",
+		o.AlwaysAcceptAdmissionReviewsOnDeploymentsNamespace, "Make the policy servers accept every request about objects of the deployments namespace")
+	fs.BoolVar(&o.EnableMetrics, "enable-metrics", o.EnableMetrics, "Turn on the policy servers' metrics, and expose them on their Services")
+	fs.Int32Var(&o.PolicyServerMetricsPort, "policy-server-metrics-port", o.PolicyServerMetricsPort, "Service port of the policy servers' metrics when a PolicyServer sets none (env KUBEWARDEN_POLICY_SERVER_SERVICES_METRICS_PORT)")
+	fs.StringVar(&o.PolicyServerURL, "dev-policy-server-url", o.PolicyServerURL,
+		"Development only: webhooks call this https URL (plus /validate/<policy>) instead of the policy server Service")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.DeploymentsNamespace == "" {
+		errs = append(errs, errors.New("--deployments-namespace is required"))
+	}
+	if o.PolicyServerURL != "" {
+		u, err := url.Parse(o.PolicyServerURL)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--dev-policy-server-url %q: want an https URL with a host", o.PolicyServerURL))
+		}
+	}
+	if o.PolicyServerMetricsPort <= 0 || o.PolicyServerMetricsPort > 65535 {
+		errs = append(errs, fmt.Errorf("--policy-server-metrics-port %d is not a port", o.PolicyServerMetricsPort))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,185 @@
+package controller
+
+import (
+	"maps"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+)
+
+// The builders below fill in the desired state of a policy server's
+// objects in place, so that CreateOrUpdate keeps what other writers
+// (defaulting, the API server) added.
+
+// podLabels are the labels of a policy server's pods for a given version of
+// its ConfigMap.
+func podLabels(ps *policiesv1.PolicyServer, configVersion string) map[string]string {
+	labels := commonLabels(ps.NameWithPrefix())
+	maps.Copy(labels, ps.Spec.Labels)
+	labels["app"] = ps.AppLabel()
+	labels[policyServerLabel] = ps.Name
+	labels[configVersionLabel] = configVersion
+	return labels
+}
+
+// desiredStatefulSet sets sts to run ps with the ConfigMap at configVersion.
+func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps *policiesv1.PolicyServer, configVersion string, hasSources bool) {
+	labels := podLabels(ps, configVersion)
+	if sts.Labels == nil {
+		sts.Labels = map[string]string{}
+	}
+	maps.Copy(sts.Labels, commonLabels(ps.NameWithPrefix()))
+	sts.Labels[policyServerLabel] = ps.Name
+	if sts.Annotations == nil {
+		sts.Annotations = map[string]string{}
+	}
+	sts.Annotations[configVersionLabel] = configVersion
+
+	sts.Spec.Replicas = ptr.To(ps.Spec.Replicas)
+	sts.Spec.ServiceName = ps.NameWithPrefix()
+	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType}
+	sts.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": ps.AppLabel()}}
+
+	tmpl := &sts.Spec.Template
+	tmpl.Labels = labels
+	tmpl.Annotations = maps.Clone(ps.Spec.Annotations)
+	spec := &tmpl.Spec
+	spec.ServiceAccountName = ps.Spec.ServiceAccountName
+	spec.Tolerations = ps.Spec.Tolerations
+	spec.PriorityClassName = ps.Spec.PriorityClassName
+	spec.Affinity = nil
+	if !isEmptyAffinity(ps.Spec.Affinity) {
+		spec.Affinity = ps.Spec.Affinity.DeepCopy()
+	}
+	spec.ImagePullSecrets = nil
+	if ps.Spec.ImagePullSecret != "" {
+		spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: ps.Spec.ImagePullSecret}}
+	}
+	spec.SecurityContext = ps.Spec.SecurityContexts.Pod
+	if spec.SecurityContext == nil {
+		spec.SecurityContext = &corev1.PodSecurityContext{
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		}
+	}
+
+	volumes := []corev1.Volume{
+		{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ps.NameWithPrefix()}}},
+		{Name: "policies", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ps.NameWithPrefix()},
+			Items:                []corev1.KeyToPath{{Key: policiesKey, Path: policiesKey}},
+		}}},
+		{Name: "policy-store", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: "certs", MountPath: pkiDir, ReadOnly: true},
+		{Name: "policies", MountPath: configDir, ReadOnly: true},
+		{Name: "policy-store", MountPath: storeDir},
+	}
+	webhookPort, readinessPort := ps.EffectiveWebhookPort(), ps.EffectiveReadinessProbePort()
+	env := []corev1.EnvVar{
+		{Name: "KUBEWARDEN_CERT_FILE", Value: pkiDir + "/tls.crt"},
+		{Name: "KUBEWARDEN_KEY_FILE", Value: pkiDir + "/tls.key"},
+		{Name: "KUBEWARDEN_PORT", Value: strconv.Itoa(int(webhookPort))},
+		{Name: "KUBEWARDEN_READINESS_PROBE_PORT", Value: strconv.Itoa(int(readinessPort))},
+		{Name: "KUBEWARDEN_POLICIES_DOWNLOAD_DIR", Value: storeDir},
+		{Name: "KUBEWARDEN_POLICIES", Value: configDir + "/" + policiesKey},
+	}
+	if hasSources {
+		volumes = append(volumes, corev1.Volume{Name: "sources", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ps.NameWithPrefix()},
+			Items:                []corev1.KeyToPath{{Key: sourcesKey, Path: sourcesKey}},
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "sources", MountPath: "/sources", ReadOnly: true})
+		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_SOURCES_PATH", Value: "/sources/" + sourcesKey})
+	}
+	if ps.Spec.VerificationConfig != "" {
+		volumes = append(volumes, corev1.Volume{Name: "verification", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ps.Spec.VerificationConfig},
+			Items:                []corev1.KeyToPath{{Key: "verification-config", Path: "verification.yml"}},
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "verification", MountPath: "/verification", ReadOnly: true})
+		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_VERIFICATION_CONFIG_PATH", Value: "/verification/verification.yml"})
+	}
+	if ps.Spec.ImagePullSecret != "" {
+		volumes = append(volumes, corev1.Volume{Name: "imagepullsecret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: ps.Spec.ImagePullSecret,
+			Items:      []corev1.KeyToPath{{Key: ".dockerconfigjson", Path: "config.json"}},
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "imagepullsecret", MountPath: "/home/kubewarden/.docker", ReadOnly: true})
+		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_DOCKER_CONFIG_JSON_PATH", Value: "/home/kubewarden/.docker/config.json"})
+	}
+	if r.AlwaysAcceptOnDeploymentsNamespace {
+		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_ALWAYS_ACCEPT_ADMISSION_REVIEWS_ON_NAMESPACE", Value: r.Namespace})
+	}
+	if r.EnableMetrics {
+		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_ENABLE_METRICS", Value: "true"})
+	}
+	env = append(env, ps.Spec.Env...)
+
+	securityContext := ps.Spec.SecurityContexts.Container
+	if securityContext == nil {
+		securityContext = &corev1.SecurityContext{
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			AllowPrivilegeEscalation: ptr.To(false),
+			Privileged:               ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		}
+	}
+	spec.Volumes = volumes
+	spec.Containers = []corev1.Container{{
+		Name:            "policy-server",
+		Image:           ps.Spec.Image,
+		Env:             env,
+		VolumeMounts:    mounts,
+		SecurityContext: securityContext,
+		Ports:           []corev1.ContainerPort{{Name: "webhook", ContainerPort: webhookPort, Protocol: corev1.ProtocolTCP}},
+		Resources:       corev1.ResourceRequirements{Limits: ps.Spec.Limits, Requests: ps.Spec.Requests},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: "/readiness", Port: intstr.FromInt32(readinessPort), Scheme: corev1.URISchemeHTTP,
+		}}},
+	}}
+}
+
+// desiredService sets svc to expose ps's webhook on port 443.
+func (r *PolicyServerReconciler) desiredService(svc *corev1.Service, ps *policiesv1.PolicyServer) {
+	if svc.Labels == nil {
+		svc.Labels = map[string]string{}
+	}
+	maps.Copy(svc.Labels, commonLabels(ps.NameWithPrefix()))
+	svc.Labels[policyServerLabel] = ps.Name
+	svc.Spec.Selector = map[string]string{"app.kubernetes.io/instance": ps.NameWithPrefix()}
+	svc.Spec.Ports = []corev1.ServicePort{{
+		Name: "policy-server", Port: 443, Protocol: corev1.ProtocolTCP,
+		TargetPort: intstr.FromInt32(ps.EffectiveWebhookPort()),
+	}}
+	if r.EnableMetrics {
+		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
+			Name: "metrics", Port: ps.EffectiveMetricsPort(r.MetricsPort), Protocol: corev1.ProtocolTCP,
+			TargetPort: intstr.FromInt32(8080),
+		})
+	}
+}
+
+// desiredPDB sets pdb from ps's minAvailable or maxUnavailable.
+func desiredPDB(pdb *policyv1.PodDisruptionBudget, ps *policiesv1.PolicyServer) {
+	if pdb.Labels == nil {
+		pdb.Labels = map[string]string{}
+	}
+	maps.Copy(pdb.Labels, commonLabels(ps.NameWithPrefix()))
+	pdb.Spec.MinAvailable = ps.Spec.MinAvailable
+	pdb.Spec.MaxUnavailable = ps.Spec.MaxUnavailable
+	pdb.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": ps.AppLabel()}}
+}
+
+func isEmptyAffinity(a corev1.Affinity) bool {
+	return a.NodeAffinity == nil && a.PodAffinity == nil && a.PodAntiAffinity == nil
+}

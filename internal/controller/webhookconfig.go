@@ -1,0 +1,120 @@
+package controller
+
+import (
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+)
+
+// webhookTarget is where the API server sends a policy's requests.
+type webhookTarget struct {
+	namespace    string // the deployments namespace
+	policyServer string // the PolicyServer's name
+	caBundle     []byte
+	// url, for development, replaces the Service with a URL: the policy's
+	// path is appended to it.
+	url string
+}
+
+func (t webhookTarget) clientConfig(uniqueName string) admissionregistrationv1.WebhookClientConfig {
+	path := "/validate/" + uniqueName
+	if t.url != "" {
+		return admissionregistrationv1.WebhookClientConfig{
+			URL:      ptr.To(strings.TrimSuffix(t.url, "/") + path),
+			CABundle: t.caBundle,
+		}
+	}
+	return admissionregistrationv1.WebhookClientConfig{
+		Service: &admissionregistrationv1.ServiceReference{
+			Namespace: t.namespace,
+			Name:      "policy-server-" + t.policyServer,
+			Path:      ptr.To(path),
+			Port:      ptr.To[int32](443),
+		},
+		CABundle: t.caBundle,
+	}
+}
+
+// webhookMeta sets the labels and annotations of a policy's webhook
+// configuration.
+func webhookMeta(m *metav1.ObjectMeta, p policiesv1.Policy) {
+	if m.Labels == nil {
+		m.Labels = map[string]string{}
+	}
+	m.Labels[partOfLabel] = partOf
+	m.Labels[policyServerLabel] = p.GetPolicyServer()
+	if m.Annotations == nil {
+		m.Annotations = map[string]string{}
+	}
+	m.Annotations[policyNameAnnotation] = p.GetName()
+	m.Annotations[policyNamespaceAnnotation] = p.GetNamespace()
+}
+
+// namespaceSelector is the policy's namespace selector; a cluster-wide
+// policy also leaves out the deployments namespace, unless it asks not to.
+func namespaceSelector(p policiesv1.Policy, deploymentsNamespace string) *metav1.LabelSelector {
+	sel := p.GetNamespaceSelector()
+	if p.GetNamespace() != "" || p.GetAllowInsideAdmissionControllerNamespace() {
+		return sel
+	}
+	if sel == nil {
+		sel = &metav1.LabelSelector{}
+	} else {
+		sel = sel.DeepCopy()
+	}
+	sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key:      "kubernetes.io/metadata.name",
+		Operator: metav1.LabelSelectorOpNotIn,
+		Values:   []string{deploymentsNamespace},
+	})
+	return sel
+}
+
+func sideEffects(p policiesv1.Policy) *admissionregistrationv1.SideEffectClass {
+	if s := p.GetSideEffects(); s != nil {
+		return s
+	}
+	return ptr.To(admissionregistrationv1.SideEffectClassNone)
+}
+
+// desiredValidatingWebhook sets cfg to send p's requests to t.
+func desiredValidatingWebhook(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, p policiesv1.Policy, t webhookTarget) {
+	webhookMeta(&cfg.ObjectMeta, p)
+	name := p.GetUniqueName()
+	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{{
+		Name:                    name + webhookSuffix,
+		ClientConfig:            t.clientConfig(name),
+		Rules:                   p.GetRules(),
+		FailurePolicy:           p.GetFailurePolicy(),
+		MatchPolicy:             p.GetMatchPolicy(),
+		NamespaceSelector:       namespaceSelector(p, t.namespace),
+		ObjectSelector:          p.GetObjectSelector(),
+		SideEffects:             sideEffects(p),
+		TimeoutSeconds:          p.GetTimeoutSeconds(),
+		AdmissionReviewVersions: []string{"v1"},
+		MatchConditions:         p.GetMatchConditions(),
+	}}
+}
+
+// desiredMutatingWebhook sets cfg to send p's requests to t.
+func desiredMutatingWebhook(cfg *admissionregistrationv1.MutatingWebhookConfiguration, p policiesv1.Policy, t webhookTarget) {
+	webhookMeta(&cfg.ObjectMeta, p)
+	name := p.GetUniqueName()
+	cfg.Webhooks = []admissionregistrationv1.MutatingWebhook{{
+		Name:                    name + webhookSuffix,
+		ClientConfig:            t.clientConfig(name),
+		Rules:                   p.GetRules(),
+		FailurePolicy:           p.GetFailurePolicy(),
+		MatchPolicy:             p.GetMatchPolicy(),
+		NamespaceSelector:       namespaceSelector(p, t.namespace),
+		ObjectSelector:          p.GetObjectSelector(),
+		SideEffects:             sideEffects(p),
+		TimeoutSeconds:          p.GetTimeoutSeconds(),
+		AdmissionReviewVersions: []string{"v1"},
+		MatchConditions:         p.GetMatchConditions(),
+	}}
+}

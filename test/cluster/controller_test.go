@@ -1,0 +1,377 @@
+//go:build cluster
+
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+	"github.com/wardenhq/warden/internal/clustertest"
+	"github.com/wardenhq/warden/internal/controller"
+	"github.com/wardenhq/warden/internal/logtest"
+	"github.com/wardenhq/warden/internal/policybuild"
+)
+
+const wardenNamespace = "warden"
+
+// TestControllerEndToEnd runs the controller against a real API server and
+// a policy server as a local process, started from the configuration and
+// certificate the controller wrote; the API server calls it over TLS
+// through the webhook configurations the controller wrote.
+func TestControllerEndToEnd(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	scheme, err := controller.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := clustertest.Start(t, clustertest.WithScheme(scheme), clustertest.WithCRDDirectory("../../config/crd/bases"))
+	c := cl.Client
+	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
+
+	port := freePort(t)
+	opts := controller.DefaultOptions()
+	opts.DeploymentsNamespace = wardenNamespace
+	opts.MetricsBindAddress, opts.HealthProbeBindAddress = "0", "0"
+	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	var logs logtest.Buffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("controller logs:\n%s", logs.String())
+		}
+	})
+	mgr, err := controller.NewManager(cl.Config, opts, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	t.Cleanup(wg.Wait)
+
+	k := newKubelet(t, c, port)
+	go k.run(ctx)
+
+	mustCreate(t, c, &policiesv1.PolicyServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec:       policiesv1.PolicyServerSpec{Image: "ghcr.io/wardenhq/warden-policy-server:test", Replicas: 1},
+	})
+
+	module := "file://" + policybuild.ForTest(t, "../../examples/policies/pod-privileged")
+	cap := &policiesv1.ClusterAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-privileged"},
+		Spec: policiesv1.ClusterAdmissionPolicySpec{PolicySpec: policiesv1.PolicySpec{
+			PolicyServer:    "default",
+			Module:          module,
+			Rules:           podCreateRules(),
+			BackgroundAudit: true,
+		}},
+	}
+	mustCreate(t, c, cap)
+	waitActive(t, c, cap)
+	assertValidatingWebhook(t, c, "clusterwide-no-privileged", opts.PolicyServerURL+"/validate/clusterwide-no-privileged")
+
+	err = c.Create(ctx, pod("default", "privileged", true))
+	if err == nil || !strings.Contains(err.Error(), "Privileged container is not allowed") {
+		t.Fatalf("creating a privileged Pod: %v, want a denial with the policy's message", err)
+	}
+	mustCreate(t, c, pod("default", "unprivileged", false))
+
+	// Protect to monitor is refused, with Kubewarden's message.
+	cap = get(t, c, cap)
+	cap.Spec.Mode = policiesv1.PolicyModeMonitor
+	err = c.Update(ctx, cap)
+	if err == nil || !strings.Contains(err.Error(), "spec.mode: Forbidden: field cannot transition from protect to monitor. Recreate instead.") {
+		t.Fatalf("switching to monitor: %v, want the protect-to-monitor refusal", err)
+	}
+
+	// Deleting the policy removes its webhook, and the Pod is admitted.
+	if err := c.Delete(ctx, cap); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the webhook configuration is removed", func() bool {
+		err := c.Get(ctx, client.ObjectKey{Name: "clusterwide-no-privileged"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
+		return apierrors.IsNotFound(err)
+	})
+	mustCreate(t, c, pod("default", "privileged-after-delete", true))
+
+	// A monitor policy admits what it would reject.
+	monitor := &policiesv1.ClusterAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-privileged-monitor"},
+		Spec: policiesv1.ClusterAdmissionPolicySpec{PolicySpec: policiesv1.PolicySpec{
+			PolicyServer: "default",
+			Mode:         policiesv1.PolicyModeMonitor,
+			Module:       module,
+			Rules:        podCreateRules(),
+		}},
+	}
+	mustCreate(t, c, monitor)
+	waitActive(t, c, monitor)
+	mustCreate(t, c, pod("default", "privileged-monitored", true))
+	if got := get(t, c, monitor).Status.PolicyMode; got != policiesv1.PolicyModeStatusMonitor {
+		t.Errorf("status.mode = %q, want monitor", got)
+	}
+}
+
+// kubelet stands in for the StatefulSet controller and the kubelet, which
+// the test cluster lacks: whenever the policy server's StatefulSet asks for
+// another configuration, it restarts the local policy server with the
+// controller's ConfigMap and Secret, and replaces the pod, marked ready once
+// the process is.
+type kubelet struct {
+	t       *testing.T
+	c       client.Client
+	port    int
+	binary  string
+	dir     string
+	running string // the config version the process serves
+	cmd     *exec.Cmd
+}
+
+func newKubelet(t *testing.T, c client.Client, port int) *kubelet {
+	dir := t.TempDir()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := policybuild.RepoRoot(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary := filepath.Join(dir, "policy-server")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/policy-server")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the policy server: %v\n%s", err, out)
+	}
+	k := &kubelet{t: t, c: c, port: port, binary: binary, dir: dir}
+	t.Cleanup(k.stop)
+	return k
+}
+
+func (k *kubelet) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		var sts appsv1.StatefulSet
+		err := k.c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "policy-server-default"}, &sts)
+		if err == nil {
+			if version := sts.Spec.Template.Labels["kubewarden/config-version"]; version != k.running {
+				if err := k.rollOut(ctx, &sts, version); err != nil && ctx.Err() == nil {
+					k.t.Logf("kubelet: rolling out %s: %v", version, err)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (k *kubelet) rollOut(ctx context.Context, sts *appsv1.StatefulSet, version string) error {
+	var cm corev1.ConfigMap
+	if err := k.c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "policy-server-default"}, &cm); err != nil {
+		return err
+	}
+	if cm.ResourceVersion != version {
+		return nil // the StatefulSet is behind its ConfigMap; wait for the next one
+	}
+	var secret corev1.Secret
+	if err := k.c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "policy-server-default"}, &secret); err != nil {
+		return err
+	}
+	k.stop()
+	pki, config := filepath.Join(k.dir, "pki"), filepath.Join(k.dir, "config")
+	for _, d := range []string{pki, config} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	files := map[string][]byte{
+		filepath.Join(pki, "tls.crt"):         secret.Data["tls.crt"],
+		filepath.Join(pki, "tls.key"):         secret.Data["tls.key"],
+		filepath.Join(config, "policies.yml"): []byte(cm.Data["policies.yml"]),
+	}
+	for path, data := range files {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return err
+		}
+	}
+	// The container's environment, with its paths mapped into the test's
+	// directory and its ports onto free ones.
+	readiness := freePort(k.t)
+	env := os.Environ()
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		v := e.Value
+		switch e.Name {
+		case "KUBEWARDEN_PORT":
+			v = fmt.Sprint(k.port)
+		case "KUBEWARDEN_READINESS_PROBE_PORT":
+			v = fmt.Sprint(readiness)
+		case "KUBEWARDEN_POLICIES_DOWNLOAD_DIR":
+			v = filepath.Join(k.dir, "store")
+		default:
+			v = strings.NewReplacer("/pki/", pki+"/", "/config/", config+"/").Replace(v)
+		}
+		env = append(env, e.Name+"="+v)
+	}
+	cmd := exec.Command(k.binary, "--addr", "127.0.0.1")
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	k.cmd = cmd
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readiness", readiness))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the policy server did not become ready")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: wardenNamespace, Name: "policy-server-default-0"}}
+	if err := k.c.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	for {
+		err := k.c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	pod.Labels = sts.Spec.Template.Labels
+	pod.Spec = *sts.Spec.Template.Spec.DeepCopy()
+	if err := k.c.Create(ctx, pod); err != nil {
+		return err
+	}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if err := k.c.Status().Update(ctx, pod); err != nil {
+		return err
+	}
+	k.running = version
+	return nil
+}
+
+func (k *kubelet) stop() {
+	if k.cmd != nil {
+		_ = k.cmd.Process.Kill()
+		_ = k.cmd.Wait()
+		k.cmd = nil
+	}
+}
+
+func podCreateRules() []admissionregistrationv1.RuleWithOperations {
+	return []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{
+			APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+		},
+	}}
+}
+
+func pod(namespace, name string, privileged bool) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: "registry.example/app:1",
+			SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(privileged)},
+		}}},
+	}
+}
+
+func waitActive(t *testing.T, c client.Client, p policiesv1.Policy) {
+	t.Helper()
+	eventually(t, p.GetName()+" is active", func() bool {
+		got := p.DeepCopyPolicy()
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(p), got); err != nil {
+			return false
+		}
+		return got.GetStatus().PolicyStatus == policiesv1.PolicyStatusActive
+	})
+}
+
+func assertValidatingWebhook(t *testing.T, c client.Client, name, url string) {
+	t.Helper()
+	var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := c.Get(t.Context(), client.ObjectKey{Name: name}, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Webhooks) != 1 {
+		t.Fatalf("%d webhooks, want 1", len(cfg.Webhooks))
+	}
+	w := cfg.Webhooks[0]
+	if w.Name != name+".kubewarden.admission" || w.ClientConfig.URL == nil || *w.ClientConfig.URL != url || len(w.ClientConfig.CABundle) == 0 {
+		t.Errorf("webhook %s: name %q, url %v, caBundle %d bytes", name, w.Name, w.ClientConfig.URL, len(w.ClientConfig.CABundle))
+	}
+	if cfg.Labels["app.kubernetes.io/part-of"] != "kubewarden" || cfg.Annotations["kubewardenPolicyName"] == "" {
+		t.Errorf("labels %v, annotations %v", cfg.Labels, cfg.Annotations)
+	}
+}
+
+func get[T client.Object](t *testing.T, c client.Client, o T) T {
+	t.Helper()
+	if err := c.Get(t.Context(), client.ObjectKeyFromObject(o), o); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func mustCreate(t *testing.T, c client.Client, o client.Object) {
+	t.Helper()
+	if err := c.Create(t.Context(), o); err != nil {
+		t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
