@@ -15,7 +15,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -105,6 +107,9 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 		LeaderElection:          opts.LeaderElect,
 		LeaderElectionID:        "warden-controller",
 		LeaderElectionNamespace: opts.DeploymentsNamespace,
+		// The controllers' names are fixed in this package; the check
+		// only refuses a second manager in one process, which tests start.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)

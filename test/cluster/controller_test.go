@@ -21,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -135,6 +137,162 @@ func TestControllerEndToEnd(t *testing.T) {
 	if got := get(t, c, monitor).Status.PolicyMode; got != policiesv1.PolicyModeStatusMonitor {
 		t.Errorf("status.mode = %q, want monitor", got)
 	}
+
+	// A namespaced AdmissionPolicy (native CEL) applies in its namespace only.
+	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
+	ap := &policiesv1.AdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "app-label"},
+		Spec: policiesv1.AdmissionPolicySpec{PolicySpec: policiesv1.PolicySpec{
+			PolicyServer: "default",
+			Module:       "builtin://cel",
+			Settings:     runtime.RawExtension{Raw: []byte(`{"validations":[{"expression":"has(object.metadata.labels) && 'app' in object.metadata.labels","message":"pods need an app label"}]}`)},
+			Rules:        podCreateRules(),
+		}},
+	}
+	mustCreate(t, c, ap)
+	waitActive(t, c, ap)
+	err = c.Create(ctx, pod("team", "unlabelled", false))
+	if err == nil || !strings.Contains(err.Error(), "pods need an app label") {
+		t.Fatalf("creating an unlabelled Pod in team: %v, want a denial", err)
+	}
+	mustCreate(t, c, pod("default", "unlabelled-elsewhere", false))
+
+	// A cluster-wide group: the rejection message is the group's.
+	group := &policiesv1.ClusterAdmissionPolicyGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "pod-hardening"},
+		Spec: policiesv1.ClusterAdmissionPolicyGroupSpec{ClusterPolicyGroupSpec: policiesv1.ClusterPolicyGroupSpec{
+			GroupSpec: policiesv1.GroupSpec{
+				PolicyServer: "default", Rules: podCreateRules(),
+				Expression: "no_privileged() && named()", Message: "the pod is not hardened",
+			},
+			Policies: policiesv1.PolicyGroupMembersWithContext{
+				"no_privileged": {PolicyGroupMember: policiesv1.PolicyGroupMember{Module: module}},
+				"named": {PolicyGroupMember: policiesv1.PolicyGroupMember{Module: "builtin://cel",
+					Settings: runtime.RawExtension{Raw: []byte(`{"validations":[{"expression":"object.metadata.name != 'forbidden'"}]}`)}}},
+			},
+		}},
+	}
+	mustCreate(t, c, group)
+	waitActive(t, c, group)
+	err = c.Create(ctx, pod("default", "forbidden", false))
+	if err == nil || !strings.Contains(err.Error(), "the pod is not hardened") {
+		t.Fatalf("creating a Pod the group rejects: %v, want the group's message", err)
+	}
+	mustCreate(t, c, pod("default", "allowed-by-group", false))
+
+	// The CA deleted by hand comes back; the webhooks trust the new one and
+	// the policy server serves a certificate it issued.
+	var oldCA corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "kubewarden-ca"}, &oldCA); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, &oldCA); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the webhooks trust the new CA", func() bool {
+		var ca corev1.Secret
+		var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+		if c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "kubewarden-ca"}, &ca) != nil ||
+			c.Get(ctx, client.ObjectKey{Name: "namespaced-team-app-label"}, &cfg) != nil {
+			return false
+		}
+		return ca.UID != oldCA.UID && strings.Contains(string(cfg.Webhooks[0].ClientConfig.CABundle), strings.TrimSpace(string(ca.Data["ca.crt"])))
+	})
+	eventually(t, "the API server reaches the policy server with the new certificate", func() bool {
+		err := c.Create(ctx, pod("team", "unlabelled-after-rotation", false))
+		return err != nil && strings.Contains(err.Error(), "pods need an app label")
+	})
+}
+
+// A policy whose PolicyServer does not exist is scheduled, and gets no
+// webhook.
+func TestPolicyWithoutItsPolicyServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	scheme, err := controller.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := clustertest.Start(t, clustertest.WithScheme(scheme), clustertest.WithCRDDirectory("../../config/crd/bases"))
+	c := cl.Client
+	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
+	opts := controller.DefaultOptions()
+	opts.DeploymentsNamespace = wardenNamespace
+	opts.MetricsBindAddress, opts.HealthProbeBindAddress = "0", "0"
+	mgr, err := controller.NewManager(cl.Config, opts, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	cap := &policiesv1.ClusterAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "orphan"},
+		Spec: policiesv1.ClusterAdmissionPolicySpec{PolicySpec: policiesv1.PolicySpec{
+			PolicyServer: "missing", Module: "builtin://cel", Rules: podCreateRules(),
+		}},
+	}
+	mustCreate(t, c, cap)
+	eventually(t, "the policy is scheduled", func() bool {
+		return get(t, c, cap).Status.PolicyStatus == policiesv1.PolicyStatusScheduled
+	})
+	err = c.Get(ctx, client.ObjectKey{Name: "clusterwide-orphan"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("webhook configuration of a policy without PolicyServer: %v, want not found", err)
+	}
+	if got := get(t, c, cap).GetFinalizers(); len(got) != 1 || got[0] != policiesv1.Finalizer {
+		t.Errorf("finalizers = %v, want [%s]", got, policiesv1.Finalizer)
+	}
+}
+
+// The API server refuses what the CRDs' schemas and CEL rules forbid.
+func TestInvalidResourcesAreRefused(t *testing.T) {
+	scheme, err := controller.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := clustertest.Start(t, clustertest.WithScheme(scheme), clustertest.WithCRDDirectory("../../config/crd/bases"))
+	intOrString := intstr.FromInt32(1)
+	tests := []struct {
+		name string
+		obj  client.Object
+		want string
+	}{
+		{
+			name: "PolicyServer with minAvailable and maxUnavailable",
+			obj: &policiesv1.PolicyServer{
+				ObjectMeta: metav1.ObjectMeta{Name: "both"},
+				Spec:       policiesv1.PolicyServerSpec{Image: "x", Replicas: 1, MinAvailable: &intOrString, MaxUnavailable: &intOrString},
+			},
+			want: "minAvailable and maxUnavailable cannot be both set",
+		},
+		{
+			name: "policy without rules",
+			obj: &policiesv1.ClusterAdmissionPolicy{
+				ObjectMeta: metav1.ObjectMeta{Name: "no-rules"},
+				Spec:       policiesv1.ClusterAdmissionPolicySpec{PolicySpec: policiesv1.PolicySpec{Module: "builtin://cel", Rules: []admissionregistrationv1.RuleWithOperations{}}},
+			},
+			want: "spec.rules",
+		},
+		{
+			name: "rule without operations",
+			obj: &policiesv1.ClusterAdmissionPolicy{
+				ObjectMeta: metav1.ObjectMeta{Name: "no-operations"},
+				Spec: policiesv1.ClusterAdmissionPolicySpec{PolicySpec: policiesv1.PolicySpec{Module: "builtin://cel",
+					Rules: []admissionregistrationv1.RuleWithOperations{{Rule: admissionregistrationv1.Rule{APIVersions: []string{"v1"}, Resources: []string{"pods"}}}}}},
+			},
+			want: "every rule must list at least one operation",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := cl.Client.Create(t.Context(), tc.obj)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("create: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
 }
 
 // kubelet stands in for the StatefulSet controller and the kubelet, which
@@ -144,6 +302,7 @@ func TestControllerEndToEnd(t *testing.T) {
 // the process is.
 type kubelet struct {
 	t       *testing.T
+	secret  string // the resourceVersion of the serving certificate in use
 	c       client.Client
 	port    int
 	binary  string
@@ -182,6 +341,8 @@ func (k *kubelet) run(ctx context.Context) {
 				if err := k.rollOut(ctx, &sts, version); err != nil && ctx.Err() == nil {
 					k.t.Logf("kubelet: rolling out %s: %v", version, err)
 				}
+			} else if err := k.syncCertificate(ctx); err != nil && ctx.Err() == nil {
+				k.t.Logf("kubelet: updating the certificate: %v", err)
 			}
 		}
 		select {
@@ -204,6 +365,7 @@ func (k *kubelet) rollOut(ctx context.Context, sts *appsv1.StatefulSet, version 
 		return err
 	}
 	k.stop()
+	k.secret = secret.ResourceVersion
 	pki, config := filepath.Join(k.dir, "pki"), filepath.Join(k.dir, "config")
 	for _, d := range []string{pki, config} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -281,6 +443,29 @@ func (k *kubelet) rollOut(ctx context.Context, sts *appsv1.StatefulSet, version 
 		return err
 	}
 	k.running = version
+	return nil
+}
+
+// syncCertificate writes a changed serving certificate where the running
+// policy server reads it, as the kubelet updates a mounted Secret; the
+// policy server reloads it.
+func (k *kubelet) syncCertificate(ctx context.Context) error {
+	var secret corev1.Secret
+	if err := k.c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "policy-server-default"}, &secret); err != nil {
+		return err
+	}
+	if k.cmd == nil || secret.ResourceVersion == k.secret {
+		return nil
+	}
+	pki := filepath.Join(k.dir, "pki")
+	// The key first: the policy server reloads when the certificate changes.
+	if err := os.WriteFile(filepath.Join(pki, "tls.key"), secret.Data["tls.key"], 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(pki, "tls.crt"), secret.Data["tls.crt"], 0o600); err != nil {
+		return err
+	}
+	k.secret = secret.ResourceVersion
 	return nil
 }
 
