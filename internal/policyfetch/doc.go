@@ -19,7 +19,12 @@
 // Docker's config.json (auths, credential helpers) and the proxy environment
 // variables are honoured for every request.
 //
-// Signature verification is not done here yet.
+// Signature verification is not done here: a Verifier in Options (see
+// internal/verify) is asked about every registry module between reading its
+// manifest and reading its layer, and other schemes are then refused.
+// FetchManifest, FetchBlob, PushBlob and PushManifest give such a verifier,
+// and signing, access to the registry under the same sources and
+// credentials.
 //
 // This package must not import wazero, internal/wasm or internal/engine: it
 // moves bytes and knows nothing about what they do.

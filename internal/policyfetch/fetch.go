@@ -50,6 +50,10 @@ type Options struct {
 	DockerConfigPath string
 	// Logger receives debug records; nil discards them.
 	Logger *slog.Logger
+	// Verifier, when set, must accept every registry module before it is
+	// stored or returned, and modules of other schemes are refused; nil
+	// means no verification.
+	Verifier Verifier
 }
 
 // Module is a fetched policy module.
@@ -79,6 +83,8 @@ type Fetcher struct {
 	client  *http.Client // https:// and http:// modules
 	auth    *auth.Client // registries
 	flights flightGroup
+
+	verifier Verifier
 }
 
 // New returns a Fetcher. It reads nothing and connects nowhere.
@@ -99,6 +105,8 @@ func New(opts Options) (*Fetcher, error) {
 		logger:  logger,
 		tr:      tr,
 		client:  client,
+
+		verifier: opts.Verifier,
 	}
 	f.auth = &auth.Client{
 		Client:     client,
@@ -127,6 +135,9 @@ func (f *Fetcher) Fetch(ctx context.Context, uri string) (Module, error) {
 	if err != nil {
 		return Module{}, fmt.Errorf("fetching %s: %w", uri, err)
 	}
+	if f.verifier != nil && loc.scheme != "registry" {
+		return Module{}, fmt.Errorf("fetching %s: %w", loc.uri, errNotVerifiable)
+	}
 	if loc.scheme == "file" {
 		m, err := readModule(loc.uri, loc.local)
 		if err != nil {
@@ -145,6 +156,9 @@ func (f *Fetcher) Fetch(ctx context.Context, uri string) (Module, error) {
 
 func (f *Fetcher) fetchRemote(ctx context.Context, loc location) (Module, error) {
 	dest := filepath.Join(f.store, filepath.FromSlash(loc.store))
+	if f.verifier != nil {
+		return f.fetchVerified(ctx, loc, dest)
+	}
 	if !loc.alwaysPull {
 		m, err := readModule(loc.uri, dest)
 		if err == nil {

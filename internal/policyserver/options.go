@@ -116,10 +116,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PoliciesPath, "policies", o.PoliciesPath, "YAML file holding the policies to be loaded and their settings")
 	fs.StringVar(&o.DownloadDir, "policies-download-dir", o.DownloadDir, "Download path for the policies")
 	fs.StringVar(&o.SourcesPath, "sources-path", o.SourcesPath, "YAML file holding source information (https, registry insecure hosts, custom CA's...)")
-	fs.StringVar(&o.VerificationPath, "verification-path", o.VerificationPath, "YAML file holding verification information (URIs, keys, annotations...)")
+	fs.StringVar(&o.VerificationPath, "verification-path", o.VerificationPath, "YAML file holding verification information (URIs, keys, annotations...): every module must then be a signed registry:// module")
 	fs.StringVar(&o.DockerConfigPath, "docker-config-json-path", o.DockerConfigPath, "Path to a Docker config.json-like path. Can be used to indicate registry authentication details")
-	fs.StringVar(&o.SigstoreCacheDir, "sigstore-cache-dir", o.SigstoreCacheDir, "Directory used to cache sigstore data")
-	fs.StringVar(&o.SigstoreTrust, "sigstore-trust-config", o.SigstoreTrust, "JSON-formatted file conforming to the ClientTrustConfig message in the Sigstore protobuf specs")
+	fs.StringVar(&o.SigstoreCacheDir, "sigstore-cache-dir", o.SigstoreCacheDir, "Directory used to cache sigstore data (accepted and unused: Warden verifies signatures offline)")
+	fs.StringVar(&o.SigstoreTrust, "sigstore-trust-config", o.SigstoreTrust, "JSON-formatted file conforming to the ClientTrustConfig message in the Sigstore protobuf specs (accepted and unused: Warden verifies key and certificate signatures offline, never keyless ones)")
 	fs.BoolVar(&o.EnableMetrics, "enable-metrics", o.EnableMetrics, "Export metrics over OTLP too (OTEL_EXPORTER_OTLP_* variables); /metrics is always served")
 	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Also serve /metrics on this plain HTTP port (0: only on the readiness port)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Log level: trace, debug, info, warn, error")
@@ -134,7 +134,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "Directory of the compiled-module cache (empty: no cache)")
 	fs.IntVar(&o.MemoryLimitMiB, "memory-limit", o.MemoryLimitMiB, "Memory cap of one policy instance, in MiB")
 	fs.Int64Var(&o.MaxRequestBodySize, "max-request-body-bytes", o.MaxRequestBodySize, "Largest request body accepted")
-	fs.BoolVar(&o.NativeCELPolicy, "native-cel-policy", o.NativeCELPolicy, "Run Kubewarden's published cel-policy module natively, with the same answers; false runs its wasm")
+	fs.BoolVar(&o.NativeCELPolicy, "native-cel-policy", o.NativeCELPolicy, "Run Kubewarden's published cel-policy module natively, with the same answers; false runs its wasm (as --verification-path does, so that the module is verified)")
 	_ = fs.MarkHidden("continue-on-errors")
 }
 
@@ -215,14 +215,6 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxRequestBodySize <= 0 {
 		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
-	}
-	for _, p := range []struct{ flag, value string }{
-		{"--verification-path", o.VerificationPath},
-		{"--sigstore-trust-config", o.SigstoreTrust},
-	} {
-		if p.value != "" {
-			errs = append(errs, fmt.Errorf("%s is not supported yet by this version of Warden: it does not verify signatures", p.flag))
-		}
 	}
 	return errors.Join(errs...)
 }

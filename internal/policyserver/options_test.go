@@ -64,7 +64,13 @@ func TestOptions(t *testing.T) {
 		{name: "bad variable", env: map[string]string{"KUBEWARDEN_PORT": "https"}, wantErr: `KUBEWARDEN_PORT="https"`},
 		{name: "cert without key", args: []string{"--cert-file", "c"}, wantErr: "--cert-file and --key-file go together"},
 		{name: "client CA without TLS", args: []string{"--client-ca-file", "ca"}, wantErr: "--client-ca-file requires --cert-file and --key-file"},
-		{name: "verification not yet", args: []string{"--verification-path", "v.yml"}, wantErr: "--verification-path is not supported yet"},
+		{name: "verification and sigstore variables", env: map[string]string{
+			"KUBEWARDEN_VERIFICATION_CONFIG_PATH": "/config/verification.yml", "KUBEWARDEN_SIGSTORE_TRUST_CONFIG_PATH": "/config/trust.json",
+		}, check: func(t *testing.T, o Options) {
+			if o.VerificationPath != "/config/verification.yml" || o.SigstoreTrust != "/config/trust.json" || o.SigstoreCacheDir != "sigstore-data" {
+				t.Errorf("%+v", o)
+			}
+		}},
 		{name: "memory limit", args: []string{"--memory-limit", "0"}, wantErr: "--memory-limit must be between 1 and 4096 MiB"},
 	}
 	for _, tt := range tests {

@@ -20,6 +20,7 @@ import (
 	"github.com/wardenhq/warden/internal/engine"
 	"github.com/wardenhq/warden/internal/observability"
 	"github.com/wardenhq/warden/internal/policyfetch"
+	"github.com/wardenhq/warden/internal/verify"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -85,11 +86,22 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if err != nil {
 		return nil, err
 	}
-	fetcher, err := newFetcher(opts, logger)
+	verifier, err := newVerifier(ctx, opts, logger)
+	if err != nil {
+		return nil, err
+	}
+	fetcher, err := newFetcher(opts, logger, verifier)
 	if err != nil {
 		return nil, err
 	}
 	defer fetcher.Close()
+	// Run natively, Kubewarden's cel-policy would never be fetched, so its
+	// signature never checked: with verification on, it runs from its
+	// verified module.
+	wasmCEL := !opts.NativeCELPolicy || verifier != nil
+	if opts.NativeCELPolicy && verifier != nil {
+		logger.InfoContext(ctx, "signature verification is on: Kubewarden's cel-policy runs from its verified wasm module, not natively")
+	}
 	start := time.Now()
 	eng, err := engine.Load(ctx, configs, engine.Options{
 		Fetch: func(ctx context.Context, uri string) ([]byte, error) {
@@ -105,7 +117,7 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		AlwaysAcceptNamespace: opts.AlwaysAcceptNS,
 		Workers:               opts.Workers,
 		CompatVersion:         CompatVersion,
-		WasmCELPolicy:         !opts.NativeCELPolicy,
+		WasmCELPolicy:         wasmCEL,
 	})
 	if err != nil {
 		return nil, err
@@ -251,9 +263,37 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
+// newVerifier returns the signature verifier of --verification-path, or nil
+// when it is not set. --sigstore-trust-config is accepted and unused: only
+// keyless requirements would need it, and Warden verifies offline.
+func newVerifier(ctx context.Context, opts Options, logger *slog.Logger) (policyfetch.Verifier, error) {
+	if opts.SigstoreTrust != "" {
+		logger.WarnContext(ctx, "sigstore trust config ignored: signatures are verified offline, keyless ones never",
+			observability.KeyPath, opts.SigstoreTrust)
+	}
+	if opts.VerificationPath == "" {
+		return nil, nil
+	}
+	cfg, err := verify.LoadConfig(opts.VerificationPath)
+	if err != nil {
+		return nil, err
+	}
+	v, err := verify.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("verification config %s: %w", opts.VerificationPath, err)
+	}
+	if keyless := cfg.Keyless(); len(keyless) > 0 {
+		logger.WarnContext(ctx, "signature requirements that cannot be met offline: modules fail them",
+			observability.KeyPath, opts.VerificationPath, "requirements", keyless)
+	}
+	logger.InfoContext(ctx, "policy modules must be signed", observability.KeyPath, opts.VerificationPath)
+	return v, nil
+}
+
 // newFetcher returns the fetcher of the policies' modules, configured by
-// --policies-download-dir, --sources-path and --docker-config-json-path.
-func newFetcher(opts Options, logger *slog.Logger) (*policyfetch.Fetcher, error) {
+// --policies-download-dir, --sources-path and --docker-config-json-path,
+// verifying signatures with verifier when it is not nil.
+func newFetcher(opts Options, logger *slog.Logger, verifier policyfetch.Verifier) (*policyfetch.Fetcher, error) {
 	var sources *policyfetch.Sources
 	if opts.SourcesPath != "" {
 		var err error
@@ -268,5 +308,6 @@ func newFetcher(opts Options, logger *slog.Logger) (*policyfetch.Fetcher, error)
 		Sources:          sources,
 		DockerConfigPath: opts.DockerConfigPath,
 		Logger:           logger,
+		Verifier:         verifier,
 	})
 }
