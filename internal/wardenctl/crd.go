@@ -1,0 +1,164 @@
+package wardenctl
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	yamlv3 "go.yaml.in/yaml/v3"
+	"sigs.k8s.io/yaml"
+
+	"github.com/wardenhq/warden/internal/engine"
+	"github.com/wardenhq/warden/internal/metadata"
+)
+
+// splitDocuments splits a multi-document YAML (or a JSON document) into JSON
+// documents, skipping empty ones.
+func splitDocuments(doc []byte) ([]json.RawMessage, error) {
+	if t := bytes.TrimSpace(doc); len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(t) {
+		return []json.RawMessage{t}, nil
+	}
+	dec := yamlv3.NewDecoder(bytes.NewReader(doc))
+	var out []json.RawMessage
+	for i := 1; ; i++ {
+		var n yamlv3.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if len(n.Content) == 0 || (n.Content[0].Kind == yamlv3.ScalarNode && n.Content[0].Tag == "!!null") {
+			continue
+		}
+		b, err := yamlv3.Marshal(&n)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		js, err := yaml.YAMLToJSON(b)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		out = append(out, js)
+	}
+}
+
+// policyResource is the part of Kubewarden's policy resources that wardenctl
+// evaluates, as kwctl does: module, settings and context-aware resources (and
+// a group's members, expression and message). Rules are read by scan.
+type policyResource struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		Module                string                        `json:"module"`
+		Settings              json.RawMessage               `json:"settings"`
+		ContextAwareResources []engine.ContextAwareResource `json:"contextAwareResources"`
+		Rules                 []metadata.Rule               `json:"rules"`
+		Expression            string                        `json:"expression"`
+		Message               string                        `json:"message"`
+		Policies              map[string]struct {
+			Module                string                        `json:"module"`
+			Settings              json.RawMessage               `json:"settings"`
+			ContextAwareResources []engine.ContextAwareResource `json:"contextAwareResources"`
+			TimeoutEvalSeconds    *int                          `json:"timeoutEvalSeconds"`
+		} `json:"policies"`
+	} `json:"spec"`
+}
+
+// policyKinds are the resources a policy YAML may hold.
+var policyKinds = map[string]bool{
+	"ClusterAdmissionPolicy":      false,
+	"AdmissionPolicy":             false,
+	"ClusterAdmissionPolicyGroup": true,
+	"AdmissionPolicyGroup":        true,
+}
+
+// namedPolicy is a policy to evaluate, in the order given.
+type namedPolicy struct {
+	ID     string
+	Config *engine.PolicyConfig
+	// Rules select the requests the policy sees (scan); nil means all.
+	Rules []metadata.Rule
+}
+
+// policiesFromYAML reads Kubewarden policy resources. Every policy runs in
+// protect mode and may mutate, as kwctl runs them (groups never mutate); no
+// host capability is granted (see grantCapabilities). Module references go
+// through resolvePolicy (relative paths, digest prefixes).
+func (a *app) policiesFromYAML(doc []byte, source string) ([]namedPolicy, error) {
+	docs, err := splitDocuments(doc)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", source, err)
+	}
+	var out []namedPolicy
+	seen := map[string]bool{}
+	for i, d := range docs {
+		var r policyResource
+		if err := json.Unmarshal(d, &r); err != nil {
+			return nil, fmt.Errorf("reading %s: document %d: %w", source, i+1, err)
+		}
+		group, ok := policyKinds[r.Kind]
+		if !ok || !strings.HasPrefix(r.APIVersion, "policies.kubewarden.io/") {
+			return nil, fmt.Errorf("reading %s: document %d is a %s %s, not a Kubewarden policy resource (%s)",
+				source, i+1, r.APIVersion, r.Kind, "ClusterAdmissionPolicy, AdmissionPolicy or their groups")
+		}
+		id := r.Metadata.Name
+		if id == "" {
+			id = fmt.Sprintf("policy-%d", i+1)
+		}
+		for base, n := id, 2; seen[id]; n++ {
+			id = fmt.Sprintf("%s-%d", base, n)
+		}
+		seen[id] = true
+		c := &engine.PolicyConfig{PolicyMode: engine.ModeProtect, AllowedToMutate: true}
+		if !group {
+			ref, err := a.resolvePolicy(r.Spec.Module)
+			if err != nil {
+				return nil, fmt.Errorf("%s: policy %s: %w", source, id, err)
+			}
+			c.Module, c.Settings, c.ContextAwareResources = ref.Fetch, r.Spec.Settings, r.Spec.ContextAwareResources
+		} else {
+			c.AllowedToMutate = false // groups never mutate
+			c.Expression, c.Message = r.Spec.Expression, r.Spec.Message
+			c.Policies = map[string]*engine.GroupMember{}
+			for name, m := range r.Spec.Policies {
+				ref, err := a.resolvePolicy(m.Module)
+				if err != nil {
+					return nil, fmt.Errorf("%s: policy %s, member %s: %w", source, id, name, err)
+				}
+				c.Policies[name] = &engine.GroupMember{
+					Module: ref.Fetch, Settings: m.Settings, ContextAwareResources: m.ContextAwareResources,
+					TimeoutEvalSeconds: m.TimeoutEvalSeconds,
+				}
+			}
+		}
+		out = append(out, namedPolicy{ID: id, Config: c, Rules: r.Spec.Rules})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("reading %s: no policy resource found", source)
+	}
+	return out, nil
+}
+
+// isYAMLFile reports whether a policy argument names a YAML file of policy
+// resources rather than a module.
+func isYAMLFile(arg string) bool {
+	arg = strings.TrimPrefix(arg, "file://")
+	return strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml")
+}
+
+// configs returns the engine configuration of policies.
+func configs(policies []namedPolicy) map[string]*engine.PolicyConfig {
+	out := make(map[string]*engine.PolicyConfig, len(policies))
+	for _, p := range policies {
+		out[p.ID] = p.Config
+	}
+	return out
+}

@@ -1,0 +1,206 @@
+package wardenctl
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ggcr "github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/pkitest"
+	"github.com/wardenhq/warden/internal/policybuild"
+	"github.com/wardenhq/warden/internal/wasm"
+)
+
+// wasmCache is shared by the tests of the package, so that each module is
+// compiled once per run; every test has a home (and store) of its own.
+var wasmCache string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "wardenctl-test-cache-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	wasmCache = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testEnv is a process environment for Main: a home directory of its own
+// (and so a store), and the shared compilation cache.
+type testEnv struct {
+	t    testing.TB
+	home string
+	env  map[string]string
+}
+
+func newEnv(t testing.TB) *testEnv {
+	t.Helper()
+	home := t.TempDir()
+	return &testEnv{t: t, home: home, env: map[string]string{
+		"HOME":             home,
+		"WARDEN_CACHE_DIR": wasmCache,
+		"DOCKER_CONFIG":    filepath.Join(home, "no-docker"),
+	}}
+}
+
+// storeDir is the store of the environment.
+func (e *testEnv) storeDir() string { return filepath.Join(e.home, ".cache", "kubewarden", "store") }
+
+// result is what one run of Main produced.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// run runs Main with args and no standard input.
+func (e *testEnv) run(args ...string) result { return e.runStdin("", args...) }
+
+// runStdin runs Main with args and stdin as standard input.
+func (e *testEnv) runStdin(stdin string, args ...string) result {
+	e.t.Helper()
+	var out, errOut bytes.Buffer
+	code := Main(context.Background(), args, strings.NewReader(stdin), &out, &errOut, func(k string) string { return e.env[k] })
+	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+// mustRun runs Main and fails the test unless it exits 0.
+func (e *testEnv) mustRun(args ...string) result {
+	e.t.Helper()
+	r := e.run(args...)
+	if r.code != 0 {
+		e.t.Fatalf("wardenctl %s: %s", strings.Join(args, " "), r)
+	}
+	return r
+}
+
+// write writes a file under dir and returns its path.
+func write(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// policy builds a test policy of testdata/policies.
+func policy(t testing.TB, name string) string {
+	t.Helper()
+	return policybuild.ForTest(t, name)
+}
+
+// bareModule writes a copy of a test policy without its metadata.
+func bareModule(t testing.TB, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(policy(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = wasm.WithoutCustomSection(b, metadata.SectionName); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), name+"-bare.wasm")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// testRegistry is go-containerregistry's in-process registry, served over
+// TLS on 127.0.0.1 with a certificate of a test CA, and the sources.yml that
+// trusts that CA.
+type testRegistry struct {
+	host    string
+	sources string
+}
+
+func startRegistry(t testing.TB) *testRegistry {
+	t.Helper()
+	ca := pkitest.NewCA(t, "registry ca")
+	pair := ca.Server(t)
+	srv := httptest.NewUnstartedServer(ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0))))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair.TLSCertificate(t)}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	host := srv.Listener.Addr().String()
+	dir := t.TempDir()
+	caFile := write(t, dir, "ca.pem", string(ca.CertPEM))
+	sources := write(t, dir, "sources.yml", fmt.Sprintf("source_authorities:\n  %q:\n    - {type: Path, path: %s}\n", host, caFile))
+	return &testRegistry{host: host, sources: sources}
+}
+
+// A pod and requests for it, with and without a label.
+const (
+	podYAML = `apiVersion: v1
+kind: Pod
+metadata:
+  name: nginx
+  labels:
+    app: web
+spec:
+  containers:
+    - name: nginx
+      image: nginx:1.27
+`
+	// requestWith is an AdmissionRequest for a pod with labels (a JSON
+	// object).
+	requestWith = `{
+  "uid": "u-1",
+  "kind": {"group": "", "version": "v1", "kind": "Pod"},
+  "resource": {"group": "", "version": "v1", "resource": "pods"},
+  "name": "nginx", "namespace": "default", "operation": "CREATE",
+  "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nginx", "labels": %s}}
+}`
+)
+
+// requestFile writes an AdmissionRequest for a pod with labels (JSON) and
+// returns its path; review wraps it in an AdmissionReview.
+func requestFile(t testing.TB, labels string, review bool) string {
+	t.Helper()
+	doc := fmt.Sprintf(requestWith, labels)
+	if review {
+		doc = `{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": ` + doc + `}`
+	}
+	return write(t, t.TempDir(), "request.json", doc)
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// checkError checks that a run failed with one error line, the last of
+// stderr, that contains want.
+func checkError(t testing.TB, r result, want string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "Error: ") || !strings.Contains(last, want) {
+		t.Errorf("last line of stderr %q, want \"Error: ...%s...\"\n%s", last, want, r)
+	}
+	if n := strings.Count(r.stderr, "Error: "); n != 1 {
+		t.Errorf("%d error lines, want 1\n%s", n, r)
+	}
+}
