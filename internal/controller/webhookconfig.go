@@ -81,11 +81,10 @@ func sideEffects(p policiesv1.Policy) *admissionregistrationv1.SideEffectClass {
 	return ptr.To(admissionregistrationv1.SideEffectClassNone)
 }
 
-// desiredValidatingWebhook sets cfg to send p's requests to t.
-func desiredValidatingWebhook(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, p policiesv1.Policy, t webhookTarget) {
-	webhookMeta(&cfg.ObjectMeta, p)
+// webhook is p's webhook, sending its requests to t.
+func webhook(p policiesv1.Policy, t webhookTarget) admissionregistrationv1.ValidatingWebhook {
 	name := p.GetUniqueName()
-	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{{
+	return admissionregistrationv1.ValidatingWebhook{
 		Name:                    name + webhookSuffix,
 		ClientConfig:            t.clientConfig(name),
 		Rules:                   p.GetRules(),
@@ -97,24 +96,30 @@ func desiredValidatingWebhook(cfg *admissionregistrationv1.ValidatingWebhookConf
 		TimeoutSeconds:          p.GetTimeoutSeconds(),
 		AdmissionReviewVersions: []string{"v1"},
 		MatchConditions:         p.GetMatchConditions(),
-	}}
+	}
+}
+
+// desiredValidatingWebhook sets cfg to send p's requests to t.
+func desiredValidatingWebhook(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, p policiesv1.Policy, t webhookTarget) {
+	webhookMeta(&cfg.ObjectMeta, p)
+	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{webhook(p, t)}
 }
 
 // desiredMutatingWebhook sets cfg to send p's requests to t.
 func desiredMutatingWebhook(cfg *admissionregistrationv1.MutatingWebhookConfiguration, p policiesv1.Policy, t webhookTarget) {
 	webhookMeta(&cfg.ObjectMeta, p)
-	name := p.GetUniqueName()
+	w := webhook(p, t)
 	cfg.Webhooks = []admissionregistrationv1.MutatingWebhook{{
-		Name:                    name + webhookSuffix,
-		ClientConfig:            t.clientConfig(name),
-		Rules:                   p.GetRules(),
-		FailurePolicy:           p.GetFailurePolicy(),
-		MatchPolicy:             p.GetMatchPolicy(),
-		NamespaceSelector:       namespaceSelector(p, t.namespace),
-		ObjectSelector:          p.GetObjectSelector(),
-		SideEffects:             sideEffects(p),
-		TimeoutSeconds:          p.GetTimeoutSeconds(),
-		AdmissionReviewVersions: []string{"v1"},
-		MatchConditions:         p.GetMatchConditions(),
+		Name:                    w.Name,
+		ClientConfig:            w.ClientConfig,
+		Rules:                   w.Rules,
+		FailurePolicy:           w.FailurePolicy,
+		MatchPolicy:             w.MatchPolicy,
+		NamespaceSelector:       w.NamespaceSelector,
+		ObjectSelector:          w.ObjectSelector,
+		SideEffects:             w.SideEffects,
+		TimeoutSeconds:          w.TimeoutSeconds,
+		AdmissionReviewVersions: w.AdmissionReviewVersions,
+		MatchConditions:         w.MatchConditions,
 	}}
 }

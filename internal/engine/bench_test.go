@@ -10,11 +10,36 @@ import (
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
+// loadForBench loads the policies of doc, and reads the load test's Pod
+// review.
+func loadForBench(b *testing.B, doc string) (*Engine, []byte) {
+	b.Helper()
+	configs, err := ParsePolicies([]byte(doc))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt, err := wasm.NewRuntime(context.Background(), wasm.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = rt.Close(context.Background()) })
+	e, err := Load(context.Background(), configs, Options{Runtime: rt})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Close(context.Background()) })
+	body, err := os.ReadFile("../../hack/loadtest/testdata/pod-review.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e, body
+}
+
 // BenchmarkAdmissionPathCEL is the policy server's work for one request
 // without HTTP: decode the load test's AdmissionReview, evaluate it with the
 // load test's native CEL policy, encode the answer.
 func BenchmarkAdmissionPathCEL(b *testing.B) {
-	configs, err := ParsePolicies([]byte(`
+	e, body := loadForBench(b, `
 cel:
   module: builtin://cel
   settings:
@@ -25,24 +50,7 @@ cel:
         message: "pods need an app label"
       - expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"
         message: "images must not use the latest tag"
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	rt, err := wasm.NewRuntime(context.Background(), wasm.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rt.Close(context.Background())
-	e, err := Load(context.Background(), configs, Options{Runtime: rt})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.Close(context.Background())
-	body, err := os.ReadFile("../../hack/loadtest/testdata/pod-review.json")
-	if err != nil {
-		b.Fatal(err)
-	}
+`)
 	b.ReportAllocs()
 	for b.Loop() {
 		req, err := admission.DecodeReview(body)
