@@ -93,6 +93,8 @@ func (a *app) rootCommand() *cobra.Command {
 		a.runCommand(),
 		a.benchCommand(),
 		a.pullCommand(),
+		a.verifyCommand(),
+		a.signCommand(),
 		a.pushCommand(),
 		a.policiesCommand(),
 		a.rmCommand(),

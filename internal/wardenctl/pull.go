@@ -21,6 +21,7 @@ type PullOptions struct {
 // AddFlags registers the flags, with kwctl's names.
 func (o *PullOptions) AddFlags(cmd *cobra.Command) {
 	o.Remote.AddFlags(cmd)
+	o.Remote.Verification.AddFlags(cmd)
 	cmd.Flags().StringVarP(&o.OutputPath, "output-path", "o", "", "Output file; without it the policy goes to the store")
 }
 
@@ -31,9 +32,13 @@ func (a *app) pullCommand() *cobra.Command {
 		Short: "Pull a policy into the store (or to a file)",
 		Long: "Download a policy from an OCI registry (registry://host/repo:tag, or host/repo:tag) or a web " +
 			"server (https://) into the store, ~/.cache/kubewarden/store, which kwctl shares, or to " +
-			"--output-path. A policy already in the store is downloaded again.",
+			"--output-path. A policy already in the store is downloaded again. With the verification flags " +
+			"(-k, -a, --verification-config-path) a policy whose cosign signatures do not meet them is not pulled.",
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
+			if err := o.Remote.Verification.Validate(); err != nil {
+				return err
+			}
 			uri := argv[0]
 			isFile := strings.HasPrefix(uri, "file://")
 			if isFile && o.OutputPath == "" {

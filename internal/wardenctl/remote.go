@@ -20,6 +20,11 @@ type RemoteOptions struct {
 	// DockerConfigJSONPath is the directory of Docker's config.json (or the
 	// file); empty means $DOCKER_CONFIG, else ~/.docker.
 	DockerConfigJSONPath string
+	// Verification, when it asks for signatures, makes the fetcher refuse
+	// every module whose cosign signatures do not meet it (and every module
+	// that is not in a registry). Only the commands that register its flags
+	// (pull, run, bench) fill it.
+	Verification VerificationOptions
 }
 
 // AddFlags registers the flags, with kwctl's names.
@@ -59,10 +64,18 @@ func (a *app) fetcher(o RemoteOptions, storeDir string) (*policyfetch.Fetcher, e
 	if err != nil {
 		return nil, err
 	}
-	return policyfetch.New(policyfetch.Options{
+	v, err := o.Verification.verifier()
+	if err != nil {
+		return nil, err
+	}
+	opts := policyfetch.Options{
 		StoreDir:         storeDir,
 		Sources:          src,
 		DockerConfigPath: a.dockerConfig(o),
 		Logger:           a.logger(),
-	})
+	}
+	if v != nil { // never a typed nil in the interface
+		opts.Verifier = v
+	}
+	return policyfetch.New(opts)
 }

@@ -38,6 +38,7 @@ type RunOptions struct {
 func (o *RunOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	o.Remote.AddFlags(cmd)
+	o.Remote.Verification.AddFlags(cmd)
 	f.StringVarP(&o.Settings.SettingsPath, "settings-path", "s", "", "File containing the settings for this policy (YAML or JSON)")
 	f.StringVar(&o.Settings.SettingsJSON, "settings-json", "", "JSON string containing the settings for this policy")
 	f.StringVarP(&o.RequestPath, "request-path", "r", "", "File containing the admission request (an AdmissionReview or an AdmissionRequest, JSON or YAML; - for standard input)")
@@ -54,6 +55,9 @@ func (o *RunOptions) Validate() error {
 		return &usageError{errors.New("--request-path is required")}
 	}
 	if _, err := parseExecutionMode(o.ExecutionMode); err != nil {
+		return err
+	}
+	if err := o.Remote.Verification.Validate(); err != nil {
 		return err
 	}
 	if o.AllowContextAware {

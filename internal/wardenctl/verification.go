@@ -1,0 +1,254 @@
+package wardenctl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/wardenhq/warden/internal/verify"
+)
+
+// VerificationOptions are kwctl's verification flags: the cosign signatures
+// a module must carry before pull, run, bench or verify accept it. Keys and
+// annotations build the requirements kwctl builds from them (every key must
+// have signed, each signature carrying every annotation); a
+// verification.yml gives any other requirements. Keyless flags are not
+// offered: Warden verifies offline (docs/verification.md).
+type VerificationOptions struct {
+	// KeyPaths are PEM public key files (-k, repeatable).
+	KeyPaths []string
+	// Annotations are key=value pairs every signature must carry (-a,
+	// repeatable).
+	Annotations []string
+	// ConfigPath is a verification.yml.
+	ConfigPath string
+}
+
+// AddFlags registers the flags, with kwctl's names.
+func (o *VerificationOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringArrayVarP(&o.KeyPaths, "verification-key", "k", nil, "Path to a PEM public key whose cosign signature the policy must carry (repeatable)")
+	f.StringArrayVarP(&o.Annotations, "verification-annotation", "a", nil, "key=value annotation the signatures must carry (repeatable; needs -k)")
+	f.StringVar(&o.ConfigPath, "verification-config-path", "", "YAML file of the signatures the policy must carry (verification.yml)")
+}
+
+// enabled tells whether the flags ask for verification.
+func (o *VerificationOptions) enabled() bool {
+	return len(o.KeyPaths) > 0 || len(o.Annotations) > 0 || o.ConfigPath != ""
+}
+
+// Validate checks the flags without reading files.
+func (o *VerificationOptions) Validate() error {
+	if o.ConfigPath != "" && (len(o.KeyPaths) > 0 || len(o.Annotations) > 0) {
+		return &usageError{errors.New("--verification-config-path cannot be combined with -k/--verification-key or -a/--verification-annotation: put the keys and annotations in the file")}
+	}
+	if len(o.Annotations) > 0 && len(o.KeyPaths) == 0 {
+		return &usageError{errors.New("-a/--verification-annotation needs at least one -k/--verification-key")}
+	}
+	_, err := parseAnnotations(o.Annotations, "-a/--verification-annotation")
+	return err
+}
+
+// config loads the requirements the flags give; nil when they give none.
+func (o *VerificationOptions) config() (*verify.Config, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.ConfigPath != "" {
+		return verify.LoadConfig(o.ConfigPath)
+	}
+	if len(o.KeyPaths) == 0 {
+		return nil, nil
+	}
+	ann, _ := parseAnnotations(o.Annotations, "") // checked by Validate
+	keys := make([]string, 0, len(o.KeyPaths))
+	for _, p := range o.KeyPaths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("reading the verification key: %w", err)
+		}
+		// Check each key alone, so that an error names its file.
+		if _, err := verify.KeyConfig([]string{string(b)}, nil); err != nil {
+			return nil, fmt.Errorf("verification key %s: %w", p, err)
+		}
+		keys = append(keys, string(b))
+	}
+	return verify.KeyConfig(keys, ann)
+}
+
+// verifier returns the Verifier of the flags; nil when they ask for no
+// verification.
+func (o *VerificationOptions) verifier() (*verify.Verifier, error) {
+	cfg, err := o.config()
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	return verify.New(cfg)
+}
+
+// parseAnnotations parses key=value pairs; flag names the flag in errors.
+func parseAnnotations(pairs []string, flag string) (map[string]string, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(pairs))
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, &usageError{fmt.Errorf("%s %q: want key=value", flag, p)}
+		}
+		if _, dup := out[k]; dup {
+			return nil, &usageError{fmt.Errorf("%s: the annotation %q is given twice", flag, k)}
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// VerifyOptions are the flags of verify.
+type VerifyOptions struct {
+	Remote RemoteOptions
+}
+
+// AddFlags registers the flags, with kwctl's names.
+func (o *VerifyOptions) AddFlags(cmd *cobra.Command) {
+	o.Remote.AddFlags(cmd)
+	o.Remote.Verification.AddFlags(cmd)
+}
+
+// Validate checks the flags.
+func (o *VerifyOptions) Validate() error {
+	if err := o.Remote.Verification.Validate(); err != nil {
+		return err
+	}
+	if !o.Remote.Verification.enabled() {
+		return &usageError{errors.New("nothing to verify against: give -k/--verification-key or --verification-config-path")}
+	}
+	return nil
+}
+
+func (a *app) verifyCommand() *cobra.Command {
+	var o VerifyOptions
+	cmd := &cobra.Command{
+		Use:   "verify [flags] <uri>",
+		Short: "Check the cosign signatures of a policy in a registry",
+		Long: "Check, without pulling it, that a policy in an OCI registry (registry://host/repo:tag or " +
+			"@sha256:..., or host/repo:tag) carries the cosign signatures the verification flags require: " +
+			"one by each -k public key, each with every -a annotation, or those of a verification.yml " +
+			"(--verification-config-path). Exits 1 when it does not.",
+		Args: args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			v, err := o.Remote.Verification.verifier()
+			if err != nil {
+				return err
+			}
+			remote := o.Remote
+			remote.Verification = VerificationOptions{} // Verify checks; the fetcher only reads
+			f, err := a.fetcher(remote, a.storeDir())
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			res, err := v.Verify(cmd.Context(), f, argv[0])
+			if err != nil {
+				return err
+			}
+			n := len(res.Satisfied)
+			plural := "s"
+			if n == 1 {
+				plural = ""
+			}
+			_, err = fmt.Fprintf(a.out, "%s verified: manifest %s, %d signature requirement%s satisfied\n", res.URI, res.ManifestDigest, n, plural)
+			return err
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}
+
+// SignOptions are the flags of sign.
+type SignOptions struct {
+	Remote RemoteOptions
+	// KeyPath is the private key: a cosign.key, or an unencrypted PKCS#8,
+	// SEC 1 or PKCS#1 PEM key.
+	KeyPath string
+	// Annotations are key=value pairs the signature carries.
+	Annotations []string
+	// KeyPasswordEnv names the environment variable holding the password of
+	// an encrypted cosign key.
+	KeyPasswordEnv string
+}
+
+// AddFlags registers the flags; sign is a Warden extension, its flags take
+// cosign sign's names.
+func (o *SignOptions) AddFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	o.Remote.AddFlags(cmd)
+	f.StringVar(&o.KeyPath, "key", "", "Private key file (cosign.key, or an unencrypted PEM key) (required)")
+	f.StringArrayVarP(&o.Annotations, "annotations", "a", nil, "key=value annotation the signature carries (repeatable)")
+	f.StringVar(&o.KeyPasswordEnv, "key-password-env", "COSIGN_PASSWORD", "Environment variable holding the password of an encrypted cosign key (unset: empty password)")
+}
+
+// Validate checks the flags.
+func (o *SignOptions) Validate() error {
+	if o.KeyPath == "" {
+		return &usageError{errors.New("--key is required")}
+	}
+	_, err := parseAnnotations(o.Annotations, "-a/--annotations")
+	return err
+}
+
+func (a *app) signCommand() *cobra.Command {
+	var o SignOptions
+	cmd := &cobra.Command{
+		Use:   "sign [flags] --key <cosign.key> <uri>",
+		Short: "Sign a policy in a registry with a cosign key (Warden extension)",
+		Long: "Sign a policy pushed to an OCI registry (registry://host/repo:tag or @sha256:..., or " +
+			"host/repo:tag) as cosign sign --key does: the signature goes beside the module, in the " +
+			"image tagged sha256-<digest>.sig, next to the signatures already there. -a annotations " +
+			"are signed with it; verify -a and verification.yml's annotations check them. An " +
+			"encrypted cosign.key is opened with the password in $COSIGN_PASSWORD (--key-password-env).",
+		Args: args(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			ann, _ := parseAnnotations(o.Annotations, "")
+			pemBytes, err := os.ReadFile(o.KeyPath)
+			if err != nil {
+				return fmt.Errorf("reading the signing key: %w", err)
+			}
+			var password []byte
+			if o.KeyPasswordEnv != "" {
+				password = []byte(a.getenv(o.KeyPasswordEnv))
+			}
+			key, err := verify.LoadPrivateKey(pemBytes, password)
+			if err != nil {
+				return fmt.Errorf("%s: %w", o.KeyPath, err)
+			}
+			f, err := a.fetcher(o.Remote, a.storeDir())
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			s, err := verify.Sign(cmd.Context(), f, argv[0], key, verify.SignOptions{Annotations: ann})
+			if err != nil {
+				return err
+			}
+			if s.AlreadySigned {
+				_, err = fmt.Fprintf(a.out, "%s (manifest %s) already carries this signature, in %s\n", argv[0], s.ManifestDigest, s.SignatureRef)
+				return err
+			}
+			_, err = fmt.Fprintf(a.out, "%s signed: manifest %s, signature in %s (%s)\n", argv[0], s.ManifestDigest, s.SignatureRef, s.SignatureDigest)
+			return err
+		},
+	}
+	o.AddFlags(cmd)
+	return cmd
+}

@@ -1,0 +1,220 @@
+package wardenctl
+
+import (
+	"crypto/elliptic"
+	"crypto/x509"
+	"encoding/pem"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
+
+	"github.com/wardenhq/warden/internal/verify/verifytest"
+)
+
+// verifyFixture is a registry holding a signed policy and an unsigned one,
+// and the key files of the tests.
+type verifyFixture struct {
+	reg                  *verifytest.Registry
+	sources              string
+	signed               string // registry://.../policies/labels:v1, a real policy
+	unsigned             string // registry://.../policies/unsigned:v1
+	cosignKey, publicKey string
+	// plainKey is an unencrypted PKCS#8 key, plainPublic its public key.
+	plainKey, plainPublic string
+	// otherPublic is a key that signs nothing.
+	otherPublic string
+}
+
+const cosignPassword = "s3cret"
+
+// newVerifyEnv is an environment with the password of the cosign key.
+func newVerifyEnv(t testing.TB) *testEnv {
+	e := newEnv(t)
+	e.env["COSIGN_PASSWORD"] = cosignPassword
+	e.env["OTHER_PASSWORD"] = "wrong"
+	return e
+}
+
+func startVerifyFixture(t *testing.T) *verifyFixture {
+	t.Helper()
+	reg := verifytest.StartRegistry(t)
+	fx := &verifyFixture{
+		reg:      reg,
+		sources:  reg.SourcesFile(t),
+		signed:   "registry://" + reg.Host + "/policies/labels:v1",
+		unsigned: "registry://" + reg.Host + "/policies/unsigned:v1",
+	}
+	newVerifyEnv(t).mustRun("push", "--sources-path", fx.sources, policy(t, "labels"), fx.signed)
+	verifytest.Push(t, reg.Fetcher(t, nil), fx.unsigned, verifytest.Wasm("unsigned"))
+
+	dir := t.TempDir()
+	priv, pub, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc([]byte(cosignPassword)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.cosignKey = write(t, dir, "cosign.key", string(priv))
+	fx.publicKey = write(t, dir, "cosign.pub", string(pub))
+	fx.otherPublic = write(t, dir, "other.pub", verifytest.NewKey(t).PublicPEM)
+	plain := verifytest.NewKey(t)
+	fx.plainPublic = write(t, dir, "plain.pub", plain.PublicPEM)
+	der, err := x509.MarshalPKCS8PrivateKey(plain.Signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.plainKey = write(t, dir, "plain.key", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})))
+	return fx
+}
+
+// storedFiles lists the regular files of the store.
+func storedFiles(t testing.TB, e *testEnv) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(e.storeDir(), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if os.IsNotExist(err) {
+				return nil
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// TestSignVerify signs a policy with wardenctl sign, then checks it with
+// verify, pull and run and their verification flags. Every case but the
+// signing ones runs in a home of its own, so that stores do not mix.
+func TestSignVerify(t *testing.T) {
+	fx := startVerifyFixture(t)
+	src := []string{"--sources-path", fx.sources}
+	digest := `sha256:[0-9a-f]{64}`
+
+	// Sign: the policy ends up signed twice (cosign key with env=prod,
+	// plain key without annotations).
+	signs := []struct {
+		name    string
+		args    []string
+		code    int
+		stdout  string // regexp
+		wantErr string
+	}{
+		{name: "no key", args: []string{fx.signed}, code: 2, wantErr: "--key is required"},
+		{name: "bad annotation", args: []string{"--key", fx.cosignKey, "-a", "env", fx.signed}, code: 2, wantErr: `-a/--annotations "env": want key=value`},
+		{name: "wrong password", args: []string{"--key", fx.cosignKey, "--key-password-env", "OTHER_PASSWORD", fx.signed}, code: 1, wantErr: "loading the private key"},
+		{name: "missing key file", args: []string{"--key", filepath.Join(t.TempDir(), "none.key"), fx.signed}, code: 1, wantErr: "reading the signing key"},
+		{name: "not pushed", args: []string{"--key", fx.cosignKey, "registry://" + fx.reg.Host + "/policies/nothing:v1"}, code: 1, wantErr: "signing registry://" + fx.reg.Host + "/policies/nothing:v1"},
+		{name: "cosign key", args: []string{"--key", fx.cosignKey, "-a", "env=prod", "--annotations", "team=platform", fx.signed},
+			stdout: `^` + regexp.QuoteMeta(fx.signed) + ` signed: manifest ` + digest + `, signature in ` + regexp.QuoteMeta(fx.reg.Host) + `/policies/labels:sha256-[0-9a-f]{64}\.sig \(` + digest + `\)\n$`},
+		{name: "again", args: []string{"--key", fx.cosignKey, "-a", "env=prod", "-a", "team=platform", fx.signed}, stdout: `already carries this signature`},
+		{name: "plain key, no password", args: []string{"--key", fx.plainKey, "--key-password-env", "", fx.signed}, stdout: ` signed: manifest `},
+	}
+	for _, tc := range signs {
+		t.Run("sign/"+tc.name, func(t *testing.T) {
+			r := newVerifyEnv(t).run(append(append([]string{"sign"}, src...), tc.args...)...)
+			if r.code != tc.code {
+				t.Fatalf("exit code %d, want %d\n%s", r.code, tc.code, r)
+			}
+			if tc.code != 0 {
+				checkError(t, r, tc.wantErr)
+				return
+			}
+			if !regexp.MustCompile(tc.stdout).MatchString(r.stdout) {
+				t.Errorf("stdout does not match %q\n%s", tc.stdout, r)
+			}
+		})
+	}
+
+	pubPEM, err := os.ReadFile(fx.publicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgDir := t.TempDir()
+	indent := func(s string) string { return "      " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n      ") }
+	config := write(t, cfgDir, "verification.yml", "apiVersion: v1\nallOf:\n  - kind: pubKey\n    key: |\n"+indent(string(pubPEM))+"\n    annotations: {env: prod}\n")
+	wrongConfig := write(t, cfgDir, "wrong.yml", "apiVersion: v1\nallOf:\n  - kind: pubKey\n    key: |\n"+indent(string(pubPEM))+"\n    annotations: {env: dev}\n")
+	request := requestFile(t, `{"app": "web"}`, false)
+	localLabels := policy(t, "labels")
+	stored := filepath.Join("registry", fx.reg.Host, "policies", "labels:v1")
+
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		stdout  string // regexp
+		wantErr string
+		stored  []string // files of the store after the run, relative to it (nil: none)
+	}{
+		// verify
+		{name: "verify key", args: []string{"verify", "-k", fx.publicKey, fx.signed},
+			stdout: `^` + regexp.QuoteMeta(fx.signed) + ` verified: manifest ` + digest + `, 1 signature requirement satisfied\n$`},
+		{name: "verify two keys and annotations", args: []string{"verify", "-k", fx.publicKey, "--verification-key", fx.plainPublic, "-a", "env=prod", "--verification-annotation", "team=platform", fx.signed},
+			code: 1, wantErr: "has no annotation env"}, // the plain key's signature has no annotations
+		{name: "verify two keys", args: []string{"verify", "-k", fx.publicKey, "--verification-key", fx.plainPublic, fx.signed},
+			stdout: `, 2 signature requirements satisfied\n$`},
+		{name: "verify annotations", args: []string{"verify", "-k", fx.publicKey, "-a", "env=prod", "-a", "team=platform", fx.signed}, stdout: ` verified: `},
+		{name: "verify config", args: []string{"verify", "--verification-config-path", config, fx.signed}, stdout: ` verified: `},
+		{name: "verify without scheme", args: []string{"verify", "-k", fx.publicKey, strings.TrimPrefix(fx.signed, "registry://")}, stdout: ` verified: `},
+		{name: "verify unsigned", args: []string{"verify", "-k", fx.publicKey, fx.unsigned}, code: 1, wantErr: "verifying " + fx.unsigned + ": the module is not signed"},
+		{name: "verify wrong key", args: []string{"verify", "-k", fx.publicKey, "-k", fx.otherPublic, fx.signed}, code: 1, wantErr: "signature verification failed"},
+		{name: "verify missing annotation", args: []string{"verify", "-k", fx.publicKey, "-a", "region=eu", fx.signed}, code: 1, wantErr: `has no annotation region (want "eu")`},
+		{name: "verify different annotation", args: []string{"verify", "-k", fx.publicKey, "-a", "env=dev", fx.signed}, code: 1, wantErr: `its annotation env is "prod", not "dev"`},
+		{name: "verify config not met", args: []string{"verify", "--verification-config-path", wrongConfig, fx.signed}, code: 1, wantErr: "signature verification failed"},
+		{name: "verify nothing to check", args: []string{"verify", fx.signed}, code: 2, wantErr: "nothing to verify against"},
+		{name: "verify annotation without key", args: []string{"verify", "-a", "env=prod", fx.signed}, code: 2, wantErr: "needs at least one -k"},
+		{name: "verify key and config", args: []string{"verify", "-k", fx.publicKey, "--verification-config-path", config, fx.signed}, code: 2, wantErr: "cannot be combined"},
+		{name: "verify bad annotation", args: []string{"verify", "-k", fx.publicKey, "-a", "=x", fx.signed}, code: 2, wantErr: "want key=value"},
+		{name: "verify not a key", args: []string{"verify", "-k", request, fx.signed}, code: 1, wantErr: "verification key " + request},
+		{name: "verify missing key file", args: []string{"verify", "-k", filepath.Join(cfgDir, "none.pub"), fx.signed}, code: 1, wantErr: "reading the verification key"},
+		{name: "verify missing policy", args: []string{"verify", "-k", fx.publicKey, "registry://" + fx.reg.Host + "/policies/nothing:v1"}, code: 1, wantErr: "verifying registry://" + fx.reg.Host + "/policies/nothing:v1"},
+
+		// pull
+		{name: "pull right key", args: []string{"pull", "-k", fx.publicKey, "-a", "env=prod", fx.signed}, stdout: ` pulled to `, stored: []string{stored}},
+		{name: "pull config", args: []string{"pull", "--verification-config-path", config, fx.signed}, stdout: ` pulled to `, stored: []string{stored}},
+		{name: "pull wrong key", args: []string{"pull", "-k", fx.otherPublic, "-a", "env=prod", fx.signed}, code: 1, wantErr: "signature verification failed"},
+		{name: "pull unsigned", args: []string{"pull", "-k", fx.publicKey, fx.unsigned}, code: 1, wantErr: "the module is not signed"},
+		{name: "pull missing annotation", args: []string{"pull", "-k", fx.publicKey, "-a", "region=eu", fx.signed}, code: 1, wantErr: "has no annotation region"},
+		{name: "pull annotation without key", args: []string{"pull", "-a", "env=prod", fx.signed}, code: 2, wantErr: "needs at least one -k"},
+		{name: "pull unverified", args: []string{"pull", fx.unsigned}, stdout: ` pulled to `, stored: []string{filepath.Join("registry", fx.reg.Host, "policies", "unsigned:v1")}},
+
+		// run
+		{name: "run right key", args: []string{"run", "-k", fx.publicKey, "-a", "env=prod", "-r", request, "--settings-json", `{"denied_labels":["forbidden"]}`, fx.signed},
+			stdout: `"allowed":true`, stored: []string{stored}},
+		{name: "run wrong key", args: []string{"run", "-k", fx.otherPublic, "-r", request, fx.signed}, code: 1, wantErr: "signature verification failed"},
+		{name: "run unsigned", args: []string{"run", "-k", fx.publicKey, "-r", request, fx.unsigned}, code: 1, wantErr: "the module is not signed"},
+		{name: "run local file", args: []string{"run", "-k", fx.publicKey, "-r", request, localLabels}, code: 1, wantErr: "only registry:// modules carry signatures"},
+		{name: "run annotation without key", args: []string{"run", "-a", "env=prod", "-r", request, fx.signed}, code: 2, wantErr: "needs at least one -k"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newVerifyEnv(t)
+			r := e.run(append(append([]string{tc.args[0]}, src...), tc.args[1:]...)...)
+			if r.code != tc.code {
+				t.Fatalf("exit code %d, want %d\n%s", r.code, tc.code, r)
+			}
+			if tc.code != 0 {
+				checkError(t, r, tc.wantErr)
+			} else if !regexp.MustCompile(tc.stdout).MatchString(r.stdout) {
+				t.Errorf("stdout does not match %q\n%s", tc.stdout, r)
+			}
+			var got []string
+			for _, f := range storedFiles(t, e) {
+				rel, _ := filepath.Rel(e.storeDir(), f)
+				got = append(got, rel)
+			}
+			if strings.Join(got, "\n") != strings.Join(tc.stored, "\n") {
+				t.Errorf("store holds %q, want %q\n%s", got, tc.stored, r)
+			}
+		})
+	}
+}
