@@ -38,6 +38,12 @@ type Options struct {
 	// API server that cannot resolve Services (a kind-less test cluster).
 	// Every PolicyServer gets the same URL, so it suits one PolicyServer.
 	PolicyServerURL string
+	// WebhookServiceName and WebhookServerPort are where the controller's
+	// own admission webhooks will be served. They are accepted, so that
+	// Kubewarden-style deployments start, but not used yet: the CRDs' CEL
+	// rules do the checks that need no cluster state.
+	WebhookServiceName string
+	WebhookServerPort  int
 }
 
 // DefaultOptions returns the defaults of the flags.
@@ -46,6 +52,8 @@ func DefaultOptions() Options {
 		MetricsBindAddress:      ":8088",
 		HealthProbeBindAddress:  ":8081",
 		PolicyServerMetricsPort: 8080,
+		WebhookServiceName:      "kubewarden-controller-webhook-service",
+		WebhookServerPort:       9443,
 	}
 }
 
@@ -60,6 +68,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		o.AlwaysAcceptAdmissionReviewsOnDeploymentsNamespace, "Make the policy servers accept every request about objects of the deployments namespace")
 	fs.BoolVar(&o.EnableMetrics, "enable-metrics", o.EnableMetrics, "Turn on the policy servers' metrics, and expose them on their Services")
 	fs.Int32Var(&o.PolicyServerMetricsPort, "policy-server-metrics-port", o.PolicyServerMetricsPort, "Service port of the policy servers' metrics when a PolicyServer sets none (env KUBEWARDEN_POLICY_SERVER_SERVICES_METRICS_PORT)")
+	fs.StringVar(&o.WebhookServiceName, "webhook-service-name", o.WebhookServiceName,
+		"Service of the controller's own admission webhooks (accepted; those webhooks are not served yet)")
+	fs.IntVar(&o.WebhookServerPort, "webhook-server-port", o.WebhookServerPort,
+		"Port of the controller's own admission webhooks (accepted; those webhooks are not served yet)")
 	fs.StringVar(&o.PolicyServerURL, "dev-policy-server-url", o.PolicyServerURL,
 		"Development only: webhooks call this https URL (plus /validate/<policy>) instead of the policy server Service")
 }

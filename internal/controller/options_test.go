@@ -1,0 +1,38 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+// The flags the Helm chart passes parse, and bad values are refused.
+func TestOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"the chart's flags", []string{"--leader-elect", "--deployments-namespace=warden", "--webhook-service-name=svc",
+			"--metrics-bind-address=:8088", "--health-probe-bind-address=:8081", "--webhook-server-port=9443",
+			"--always-accept-admission-reviews-on-deployments-namespace", "--enable-metrics"}, ""},
+		{"no namespace", nil, "--deployments-namespace is required"},
+		{"plain http dev URL", []string{"--deployments-namespace=w", "--dev-policy-server-url=http://127.0.0.1:1"}, "want an https URL"},
+		{"bad metrics port", []string{"--deployments-namespace=w", "--policy-server-metrics-port=0"}, "is not a port"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := DefaultOptions()
+			fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
+			opts.AddFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			err := opts.Validate()
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Validate() = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
