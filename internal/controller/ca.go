@@ -1,8 +1,8 @@
 package controller
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,17 +18,12 @@ import (
 // Kubewarden.
 const caRotationMargin = 60 * 24 * time.Hour
 
-// authority is Warden's CA and the bundle clients must trust: the CA, and
-// the previous CA while certificates it issued may still be served.
-type authority struct {
-	ca     *pki.CA
-	bundle []byte
-}
-
 // ensureCA reads the CA Secret of namespace, creating it when it is missing
 // or unreadable and rotating the CA when it nears its expiry (the old CA
-// stays in the bundle until it expires).
-func ensureCA(ctx context.Context, c client.Client, namespace string, now time.Time) (*authority, error) {
+// stays in the Secret, and so in the bundle, until it expires). Only the
+// PolicyServer reconciler writes the CA; the policy reconcilers read the
+// bundle (caBundle).
+func ensureCA(ctx context.Context, c client.Client, namespace string, now time.Time) (*pki.CA, error) {
 	var secret corev1.Secret
 	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: caSecretName}, &secret)
 	switch {
@@ -46,21 +41,36 @@ func ensureCA(ctx context.Context, c client.Client, namespace string, now time.T
 	if pki.NeedsRenewal(ca.Cert, now, caRotationMargin) {
 		return replaceCA(ctx, c, &secret, ca, now)
 	}
-	old := secret.Data[oldCACertKey]
-	if len(old) > 0 {
+	if old := secret.Data[oldCACertKey]; len(old) > 0 {
 		if oldCert, err := pki.ParseCertificate(old); err != nil || !now.Before(oldCert.NotAfter) {
 			// The old CA has expired: nothing it signed is valid any more.
 			delete(secret.Data, oldCACertKey)
 			if err := c.Update(ctx, &secret); err != nil {
 				return nil, fmt.Errorf("dropping the expired CA: %w", err)
 			}
-			old = nil
 		}
 	}
-	return &authority{ca: ca, bundle: pki.Bundle(ca.CertPEM, old)}, nil
+	return ca, nil
 }
 
-func createCA(ctx context.Context, c client.Client, namespace string, now time.Time) (*authority, error) {
+// errNoCA is returned by caBundle before the CA Secret exists.
+var errNoCA = errors.New("the CA Secret does not exist yet")
+
+// caBundle returns the certificates webhook clients must trust: the CA,
+// and the previous CA during a rotation.
+func caBundle(ctx context.Context, c client.Client, namespace string) ([]byte, error) {
+	var secret corev1.Secret
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: caSecretName}, &secret)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && len(secret.Data[caCertKey]) == 0):
+		return nil, errNoCA
+	case err != nil:
+		return nil, fmt.Errorf("reading the CA Secret: %w", err)
+	}
+	return pki.Bundle(secret.Data[caCertKey], secret.Data[oldCACertKey]), nil
+}
+
+func createCA(ctx context.Context, c client.Client, namespace string, now time.Time) (*pki.CA, error) {
 	ca, err := pki.NewCA(caCommonName, now, pki.CAValidity)
 	if err != nil {
 		return nil, err
@@ -75,11 +85,11 @@ func createCA(ctx context.Context, c client.Client, namespace string, now time.T
 		// CA.
 		return nil, fmt.Errorf("creating the CA Secret: %w", err)
 	}
-	return &authority{ca: ca, bundle: pki.Bundle(ca.CertPEM)}, nil
+	return ca, nil
 }
 
 // replaceCA puts a new CA in secret, keeping old (when valid) as old-ca.crt.
-func replaceCA(ctx context.Context, c client.Client, secret *corev1.Secret, old *pki.CA, now time.Time) (*authority, error) {
+func replaceCA(ctx context.Context, c client.Client, secret *corev1.Secret, old *pki.CA, now time.Time) (*pki.CA, error) {
 	ca, err := pki.NewCA(caCommonName, now, pki.CAValidity)
 	if err != nil {
 		return nil, err
@@ -92,8 +102,5 @@ func replaceCA(ctx context.Context, c client.Client, secret *corev1.Secret, old 
 	if err := c.Update(ctx, secret); err != nil {
 		return nil, fmt.Errorf("rotating the CA: %w", err)
 	}
-	return &authority{ca: ca, bundle: pki.Bundle(ca.CertPEM, data[oldCACertKey])}, nil
+	return ca, nil
 }
-
-// sameBundle reports whether two CA bundles are equal.
-func sameBundle(a, b []byte) bool { return bytes.Equal(bytes.TrimSpace(a), bytes.TrimSpace(b)) }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -35,8 +36,6 @@ type PolicyReconciler struct {
 	// PolicyServerURL, for development, makes webhooks call this URL
 	// instead of the policy server's Service.
 	PolicyServerURL string
-	// Now returns the time the CA is checked against.
-	Now func() time.Time
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -111,11 +110,15 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
 	}
 
-	auth, err := ensureCA(ctx, r.Client, r.Namespace, r.Now())
+	bundle, err := caBundle(ctx, r.Client, r.Namespace)
+	if errors.Is(err, errNoCA) {
+		// The PolicyServer reconciler makes it; its creation wakes us.
+		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	target := webhookTarget{namespace: r.Namespace, policyServer: ps.Name, caBundle: auth.bundle, url: r.PolicyServerURL}
+	target := webhookTarget{namespace: r.Namespace, policyServer: ps.Name, caBundle: bundle, url: r.PolicyServerURL}
 	if err := r.applyWebhook(ctx, p, target); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -250,14 +253,11 @@ func equalPolicyStatus(a, b *policiesv1.PolicyStatus) bool {
 // when the policy's PolicyServer, the policy server's pods or ConfigMap, or
 // the CA change.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Now == nil {
-		r.Now = time.Now
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(r.Kind).
 		For(policiesv1.NewPolicy(r.Kind)).
 		Watches(&policiesv1.PolicyServer{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			return r.policiesOf(ctx, o.GetName())
+			return r.requestsFor(ctx, o.GetName())
 		})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.byPolicyServerLabel)).
 		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.byPolicyServerLabel)).
@@ -265,7 +265,7 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			if o.GetNamespace() != r.Namespace || o.GetName() != caSecretName {
 				return nil
 			}
-			return r.policiesOf(ctx, "")
+			return r.requestsFor(ctx, "")
 		})).
 		Complete(r)
 }
@@ -276,12 +276,12 @@ func (r *PolicyReconciler) byPolicyServerLabel(ctx context.Context, o client.Obj
 	if !ok || o.GetNamespace() != r.Namespace {
 		return nil
 	}
-	return r.policiesOf(ctx, name)
+	return r.requestsFor(ctx, name)
 }
 
-// policiesOf returns requests for the policies of this kind bound to the
+// requestsFor returns requests for the policies of this kind bound to the
 // PolicyServer called name, or for all of them when name is empty.
-func (r *PolicyReconciler) policiesOf(ctx context.Context, name string) []reconcile.Request {
+func (r *PolicyReconciler) requestsFor(ctx context.Context, name string) []reconcile.Request {
 	list := newPolicyList(r.Kind)
 	var opts []client.ListOption
 	if name != "" {

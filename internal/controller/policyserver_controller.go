@@ -83,11 +83,11 @@ func (r *PolicyServerReconciler) Reconcile(ctx context.Context, req ctrl.Request
 // reconcileObjects brings every object of ps to its desired state, and
 // records each step in ps's conditions. It stops at the first failure.
 func (r *PolicyServerReconciler) reconcileObjects(ctx context.Context, ps *policiesv1.PolicyServer) error {
-	auth, err := ensureCA(ctx, r.Client, r.Namespace, r.Now())
+	ca, err := ensureCA(ctx, r.Client, r.Namespace, r.Now())
 	if setCondition(ps, policiesv1.CARootSecretReconciled, err); err != nil {
 		return err
 	}
-	err = r.reconcileCertSecret(ctx, ps, auth)
+	err = r.reconcileCertSecret(ctx, ps, ca)
 	if setCondition(ps, policiesv1.PolicyServerCertSecretReconciled, err); err != nil {
 		return err
 	}
@@ -95,14 +95,16 @@ func (r *PolicyServerReconciler) reconcileObjects(ctx context.Context, ps *polic
 	if setCondition(ps, policiesv1.PolicyServerConfigMapReconciled, err); err != nil {
 		return err
 	}
-	err = r.apply(ctx, ps, &appsv1.StatefulSet{ObjectMeta: r.meta(ps)}, func(o client.Object) {
+	err = r.apply(ctx, ps, &appsv1.StatefulSet{ObjectMeta: r.meta(ps)}, func(o client.Object) error {
 		r.desiredStatefulSet(o.(*appsv1.StatefulSet), ps, cm.ResourceVersion, hasSources)
+		return nil
 	})
 	if setCondition(ps, policiesv1.PolicyServerDeploymentReconciled, err); err != nil {
 		return err
 	}
-	err = r.apply(ctx, ps, &corev1.Service{ObjectMeta: r.meta(ps)}, func(o client.Object) {
+	err = r.apply(ctx, ps, &corev1.Service{ObjectMeta: r.meta(ps)}, func(o client.Object) error {
 		r.desiredService(o.(*corev1.Service), ps)
+		return nil
 	})
 	if setCondition(ps, policiesv1.PolicyServerServiceReconciled, err); err != nil {
 		return err
@@ -117,9 +119,11 @@ func (r *PolicyServerReconciler) meta(ps *policiesv1.PolicyServer) metav1.Object
 }
 
 // apply creates or updates obj, owned by ps, with desired applied to it.
-func (r *PolicyServerReconciler) apply(ctx context.Context, ps *policiesv1.PolicyServer, obj client.Object, desired func(client.Object)) error {
+func (r *PolicyServerReconciler) apply(ctx context.Context, ps *policiesv1.PolicyServer, obj client.Object, desired func(client.Object) error) error {
 	_, err := controllerutil.CreateOrUpdate(ctx, r.Client, obj, func() error {
-		desired(obj)
+		if err := desired(obj); err != nil {
+			return err
+		}
 		return controllerutil.SetControllerReference(ps, obj, r.Scheme)
 	})
 	if err != nil {
@@ -130,24 +134,25 @@ func (r *PolicyServerReconciler) apply(ctx context.Context, ps *policiesv1.Polic
 
 // reconcileCertSecret keeps a serving certificate for the policy server's
 // Service, issued by the current CA, in the Secret policy-server-<name>.
-func (r *PolicyServerReconciler) reconcileCertSecret(ctx context.Context, ps *policiesv1.PolicyServer, auth *authority) error {
+func (r *PolicyServerReconciler) reconcileCertSecret(ctx context.Context, ps *policiesv1.PolicyServer, ca *pki.CA) error {
 	dnsNames, ips := r.servingNames(ps)
 	now := r.Now()
-	return r.apply(ctx, ps, &corev1.Secret{ObjectMeta: r.meta(ps)}, func(o client.Object) {
+	return r.apply(ctx, ps, &corev1.Secret{ObjectMeta: r.meta(ps)}, func(o client.Object) error {
 		secret := o.(*corev1.Secret)
 		if secret.Annotations == nil {
 			secret.Annotations = map[string]string{}
 		}
 		secret.Annotations[certFormatAnnotation] = certFormatVersion
 		secret.Type = corev1.SecretTypeOpaque
-		if r.certValid(secret.Data[corev1.TLSCertKey], auth, dnsNames, ips, now) {
-			return
+		if certValid(secret.Data[corev1.TLSCertKey], ca, dnsNames, ips, now) {
+			return nil
 		}
-		pair, err := auth.ca.IssueServer(dnsNames, ips, now, pki.ServerValidity)
+		pair, err := ca.IssueServer(dnsNames, ips, now, pki.ServerValidity)
 		if err != nil {
-			return // the Secret keeps its old certificate; the next reconcile retries
+			return err
 		}
 		secret.Data = map[string][]byte{corev1.TLSCertKey: pair.CertPEM, corev1.TLSPrivateKeyKey: pair.KeyPEM}
+		return nil
 	})
 }
 
@@ -166,13 +171,15 @@ func (r *PolicyServerReconciler) servingNames(ps *policiesv1.PolicyServer) ([]st
 	return dnsNames, ips
 }
 
-func (r *PolicyServerReconciler) certValid(certPEM []byte, auth *authority, dnsNames []string, ips []net.IP, now time.Time) bool {
+// certValid reports whether certPEM is a certificate of ca, not due for
+// renewal, for every one of dnsNames (never empty) and ips.
+func certValid(certPEM []byte, ca *pki.CA, dnsNames []string, ips []net.IP, now time.Time) bool {
 	cert, err := pki.ParseCertificate(certPEM)
 	if err != nil || pki.NeedsRenewal(cert, now, certRenewalMargin) {
 		return false
 	}
 	for _, name := range dnsNames {
-		if !pki.IssuedBy(certPEM, auth.ca, name, now) {
+		if !pki.IssuedBy(certPEM, ca, name, now) {
 			return false
 		}
 	}
@@ -181,7 +188,7 @@ func (r *PolicyServerReconciler) certValid(certPEM []byte, auth *authority, dnsN
 			return false
 		}
 	}
-	return pki.IssuedBy(certPEM, auth.ca, "", now)
+	return true
 }
 
 // reconcileConfigMap writes the configuration of the policies bound to ps.
@@ -199,7 +206,7 @@ func (r *PolicyServerReconciler) reconcileConfigMap(ctx context.Context, ps *pol
 		return nil, false, err
 	}
 	cm := &corev1.ConfigMap{ObjectMeta: r.meta(ps)}
-	err = r.apply(ctx, ps, cm, func(o client.Object) {
+	err = r.apply(ctx, ps, cm, func(o client.Object) error {
 		cm := o.(*corev1.ConfigMap)
 		if cm.Labels == nil {
 			cm.Labels = map[string]string{}
@@ -209,6 +216,7 @@ func (r *PolicyServerReconciler) reconcileConfigMap(ctx context.Context, ps *pol
 		if sourcesYML != nil {
 			cm.Data[sourcesKey] = string(sourcesYML)
 		}
+		return nil
 	})
 	return cm, sourcesYML != nil, err
 }
@@ -223,7 +231,10 @@ func (r *PolicyServerReconciler) reconcilePDB(ctx context.Context, ps *policiesv
 		}
 		return nil
 	}
-	return r.apply(ctx, ps, pdb, func(o client.Object) { desiredPDB(o.(*policyv1.PodDisruptionBudget), ps) })
+	return r.apply(ctx, ps, pdb, func(o client.Object) error {
+		desiredPDB(o.(*policyv1.PodDisruptionBudget), ps)
+		return nil
+	})
 }
 
 // reconcileDeletion waits until no webhook of ps's policies remains (the
