@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,38 +41,14 @@ const wardenNamespace = "warden"
 func TestControllerEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	scheme, err := controller.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := clustertest.Start(t, clustertest.WithScheme(scheme), clustertest.WithCRDDirectory("../../config/crd/bases"))
+	cl := startCluster(t)
 	c := cl.Client
 	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
 
 	port := freePort(t)
-	opts := controller.DefaultOptions()
-	opts.DeploymentsNamespace = wardenNamespace
-	opts.MetricsBindAddress, opts.HealthProbeBindAddress = "0", "0"
+	opts := controllerOptions()
 	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
-	var logs logtest.Buffer
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("controller logs:\n%s", logs.String())
-		}
-	})
-	mgr, err := controller.NewManager(cl.Config, opts, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	t.Cleanup(wg.Wait)
+	startController(t, cl, opts)
 
 	k := newKubelet(t, c, port)
 	go k.run(ctx)
@@ -97,7 +72,7 @@ func TestControllerEndToEnd(t *testing.T) {
 	waitActive(t, c, cap)
 	assertValidatingWebhook(t, c, "clusterwide-no-privileged", opts.PolicyServerURL+"/validate/clusterwide-no-privileged")
 
-	err = c.Create(ctx, pod("default", "privileged", true))
+	err := c.Create(ctx, pod("default", "privileged", true))
 	if err == nil || !strings.Contains(err.Error(), "Privileged container is not allowed") {
 		t.Fatalf("creating a privileged Pod: %v, want a denial with the policy's message", err)
 	}
@@ -207,25 +182,11 @@ func TestControllerEndToEnd(t *testing.T) {
 // A policy whose PolicyServer does not exist is scheduled, and gets no
 // webhook.
 func TestPolicyWithoutItsPolicyServer(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	scheme, err := controller.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := clustertest.Start(t, clustertest.WithScheme(scheme), clustertest.WithCRDDirectory("../../config/crd/bases"))
+	ctx := t.Context()
+	cl := startCluster(t)
 	c := cl.Client
 	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
-	opts := controller.DefaultOptions()
-	opts.DeploymentsNamespace = wardenNamespace
-	opts.MetricsBindAddress, opts.HealthProbeBindAddress = "0", "0"
-	mgr, err := controller.NewManager(cl.Config, opts, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = mgr.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	startController(t, cl, controllerOptions())
 
 	cap := &policiesv1.ClusterAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "orphan"},
@@ -237,7 +198,7 @@ func TestPolicyWithoutItsPolicyServer(t *testing.T) {
 	eventually(t, "the policy is scheduled", func() bool {
 		return get(t, c, cap).Status.PolicyStatus == policiesv1.PolicyStatusScheduled
 	})
-	err = c.Get(ctx, client.ObjectKey{Name: "clusterwide-orphan"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
+	err := c.Get(ctx, client.ObjectKey{Name: "clusterwide-orphan"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("webhook configuration of a policy without PolicyServer: %v, want not found", err)
 	}
@@ -248,11 +209,7 @@ func TestPolicyWithoutItsPolicyServer(t *testing.T) {
 
 // The API server refuses what the CRDs' schemas and CEL rules forbid.
 func TestInvalidResourcesAreRefused(t *testing.T) {
-	scheme, err := controller.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := clustertest.Start(t, clustertest.WithScheme(scheme), clustertest.WithCRDDirectory("../../config/crd/bases"))
+	cl := startCluster(t)
 	intOrString := intstr.FromInt32(1)
 	tests := []struct {
 		name string
@@ -293,6 +250,51 @@ func TestInvalidResourcesAreRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startCluster starts an API server with Warden's CRDs installed.
+func startCluster(t *testing.T) *clustertest.Cluster {
+	t.Helper()
+	scheme, err := controller.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clustertest.Start(t, clustertest.WithScheme(scheme), clustertest.WithCRDDirectory("../../config/crd/bases"))
+}
+
+// controllerOptions are the controller's options for a test: policy servers
+// in wardenNamespace, no metrics or probe listeners.
+func controllerOptions() controller.Options {
+	opts := controller.DefaultOptions()
+	opts.DeploymentsNamespace = wardenNamespace
+	opts.MetricsBindAddress, opts.HealthProbeBindAddress = "0", "0"
+	return opts
+}
+
+// startController runs the controller against cl until the test ends; its
+// logs are shown if the test fails.
+func startController(t *testing.T, cl *clustertest.Cluster, opts controller.Options) {
+	t.Helper()
+	var logs logtest.Buffer
+	mgr, err := controller.NewManager(cl.Config, opts, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("controller logs:\n%s", logs.String())
+		}
+	})
 }
 
 // kubelet stands in for the StatefulSet controller and the kubelet, which
