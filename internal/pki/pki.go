@@ -1,7 +1,8 @@
 // Package pki is Warden's own certificate authority: the CA the controller
 // keeps in a Secret, and the certificates it issues with it (the policy
-// servers' serving certificates, the controller's webhook certificate).
-// Keys are ECDSA P-256, as Kubewarden's are; everything is PEM-encoded.
+// servers' serving certificates, the controller's webhook certificate), and
+// the parsing of PEM certificates the rest of Warden shares. Keys are ECDSA
+// P-256, as Kubewarden's are; everything is PEM-encoded.
 //
 // It holds no state and imports nothing from Warden. Every function is safe
 // for concurrent use.
@@ -162,6 +163,31 @@ func ParseCertificate(certPEM []byte) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("parsing the certificate: %w", err)
 	}
 	return cert, nil
+}
+
+// ParseCertificates parses every CERTIFICATE block of a PEM text, skipping
+// other blocks and text around them; it fails when there is none.
+func ParseCertificates(pemData []byte) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	for rest := pemData; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("not a valid certificate: %w", err)
+		}
+		certs = append(certs, cert)
+	}
+	if len(certs) == 0 {
+		return nil, errors.New("no PEM CERTIFICATE block")
+	}
+	return certs, nil
 }
 
 // NeedsRenewal reports whether a certificate expires within margin of now

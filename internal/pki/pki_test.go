@@ -138,3 +138,18 @@ func TestBundle(t *testing.T) {
 		}
 	}
 }
+
+func TestParseCertificates(t *testing.T) {
+	a, b := newCA(t), newCA(t)
+	withKey := Bundle(a.CertPEM, a.KeyPEM, b.CertPEM)
+	certs, err := ParseCertificates(append([]byte("leading text\n"), withKey...))
+	if err != nil || len(certs) != 2 || !certs[0].Equal(a.Cert) || !certs[1].Equal(b.Cert) {
+		t.Fatalf("ParseCertificates = %d certificates, %v; want the two CAs, skipping the key", len(certs), err)
+	}
+	bad := []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+	for input, want := range map[string]string{string(a.KeyPEM): "no PEM CERTIFICATE block", "": "no PEM CERTIFICATE block", string(bad): "not a valid certificate"} {
+		if _, err := ParseCertificates([]byte(input)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseCertificates(%.20q) = %v, want an error containing %q", input, err, want)
+		}
+	}
+}

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/wardenhq/warden/internal/pki"
 )
 
 // Sources is the content of Kubewarden's sources.yml: which hosts may be
@@ -162,24 +163,5 @@ func parseCertificates(b []byte) ([]*x509.Certificate, error) {
 		}
 		return []*x509.Certificate{c}, nil
 	}
-	var certs []*x509.Certificate
-	for rest := b; ; {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("parsing PEM certificate: %w", err)
-		}
-		certs = append(certs, c)
-	}
-	if len(certs) == 0 {
-		return nil, errors.New("the PEM data holds no CERTIFICATE block")
-	}
-	return certs, nil
+	return pki.ParseCertificates(b)
 }

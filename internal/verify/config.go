@@ -5,7 +5,6 @@ import (
 	"crypto"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/url"
@@ -17,6 +16,8 @@ import (
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"github.com/sigstore/sigstore/pkg/signature"
 	"sigs.k8s.io/yaml"
+
+	"github.com/wardenhq/warden/internal/pki"
 )
 
 // Kind is the kind of a signature requirement.
@@ -499,7 +500,7 @@ func (s *Signature) compile(field string) error {
 			return fmt.Errorf("%s.owner: missing", s.field)
 		}
 	case KindCertificate:
-		certs, err := parseCertificates(s.Certificate)
+		certs, err := pki.ParseCertificates([]byte(s.Certificate))
 		if err != nil {
 			return fmt.Errorf("%s.certificate: %w", s.field, err)
 		}
@@ -509,7 +510,7 @@ func (s *Signature) compile(field string) error {
 		}
 		s.chain = nil
 		for i, c := range s.CertificateChain {
-			certs, err := parseCertificates(c)
+			certs, err := pki.ParseCertificates([]byte(c))
 			if err != nil {
 				return fmt.Errorf("%s.certificateChain[%d]: %w", s.field, i, err)
 			}
@@ -529,31 +530,6 @@ func loadVerifier(pub crypto.PublicKey) (signature.Verifier, error) {
 		return nil, fmt.Errorf("%T: %w (want ECDSA, RSA or Ed25519)", pub, err)
 	}
 	return v, nil
-}
-
-// parseCertificates parses the CERTIFICATE blocks of a PEM text.
-func parseCertificates(text string) ([]*x509.Certificate, error) {
-	rest := []byte(strings.TrimSpace(text))
-	var certs []*x509.Certificate
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		if block.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("not a valid certificate: %w", err)
-		}
-		certs = append(certs, c)
-	}
-	if len(certs) == 0 {
-		return nil, errors.New("no PEM CERTIFICATE block")
-	}
-	return certs, nil
 }
 
 // KeyConfig returns the Config that kwctl builds from its -k and -a flags:
