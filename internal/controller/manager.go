@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,9 +18,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 	"github.com/wardenhq/warden/internal/buildinfo"
@@ -99,9 +103,24 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 	if err != nil {
 		return nil, err
 	}
+	// The webhook certificate is issued before the caches start, so it
+	// reads and writes the CA without them.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating a client: %w", err)
+	}
+	log := logr.FromSlogHandler(logger.Handler())
+	certs, err := newWebhookCertificate(direct, log.WithName("webhook-certificate"), opts.DeploymentsNamespace, opts.WebhookServiceName, opts.WebhookURL)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Logger:                  logr.FromSlogHandler(logger.Handler()),
+		Scheme: scheme,
+		Logger: log,
+		WebhookServer: webhook.NewServer(webhook.Options{
+			Port:    opts.WebhookServerPort,
+			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = certs.GetCertificate }},
+		}),
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
 		LeaderElection:          opts.LeaderElect,
@@ -119,6 +138,20 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return nil, err
+	}
+	registerWebhooks(mgr.GetWebhookServer(), mgr.GetClient(), opts.DeploymentsNamespace)
+	for _, r := range []manager.Runnable{
+		certs,
+		&webhookConfigurations{client: direct, logger: log.WithName("webhook-configurations"),
+			namespace: opts.DeploymentsNamespace, service: opts.WebhookServiceName, url: opts.WebhookURL},
+		&policyMetrics{client: mgr.GetClient()},
+	} {
+		if err := mgr.Add(r); err != nil {
+			return nil, err
+		}
 	}
 	ctx := context.Background()
 	for _, kind := range policyKinds {

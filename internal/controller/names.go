@@ -37,6 +37,10 @@ const (
 	// webhookSuffix ends the name of a policy's webhook.
 	webhookSuffix = ".kubewarden.admission"
 
+	// sigstoreTrustConfigKey is the key of a PolicyServer's sigstore trust
+	// ConfigMap.
+	sigstoreTrustConfigKey = "sigstore-trust-config"
+
 	// Mount points and files in the policy server container.
 	pkiDir    = "/pki"
 	configDir = "/config"

@@ -38,12 +38,17 @@ type Options struct {
 	// API server that cannot resolve Services (a kind-less test cluster).
 	// Every PolicyServer gets the same URL, so it suits one PolicyServer.
 	PolicyServerURL string
-	// WebhookServiceName and WebhookServerPort are where the controller's
-	// own admission webhooks will be served. They are accepted, so that
-	// Kubewarden-style deployments start, but not used yet: the CRDs' CEL
-	// rules do the checks that need no cluster state.
+	// WebhookServiceName is the Service, in DeploymentsNamespace, in front
+	// of the controller's own admission webhooks: their configurations
+	// point at it and their certificate is issued for it.
 	WebhookServiceName string
-	WebhookServerPort  int
+	// WebhookServerPort is the port the controller's webhooks listen on.
+	WebhookServerPort int
+	// WebhookURL is a development option, like PolicyServerURL: the
+	// controller's own webhook configurations call this URL (with the
+	// webhook's path appended) instead of WebhookServiceName, and the
+	// webhook certificate is issued for its host.
+	WebhookURL string
 }
 
 // DefaultOptions returns the defaults of the flags.
@@ -69,9 +74,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.EnableMetrics, "enable-metrics", o.EnableMetrics, "Turn on the policy servers' metrics, and expose them on their Services")
 	fs.Int32Var(&o.PolicyServerMetricsPort, "policy-server-metrics-port", o.PolicyServerMetricsPort, "Service port of the policy servers' metrics when a PolicyServer sets none (env KUBEWARDEN_POLICY_SERVER_SERVICES_METRICS_PORT)")
 	fs.StringVar(&o.WebhookServiceName, "webhook-service-name", o.WebhookServiceName,
-		"Service of the controller's own admission webhooks (accepted; those webhooks are not served yet)")
-	fs.IntVar(&o.WebhookServerPort, "webhook-server-port", o.WebhookServerPort,
-		"Port of the controller's own admission webhooks (accepted; those webhooks are not served yet)")
+		"Service, in the deployments namespace, in front of the controller's own admission webhooks")
+	fs.IntVar(&o.WebhookServerPort, "webhook-server-port", o.WebhookServerPort, "Port the controller's own admission webhooks listen on")
+	fs.StringVar(&o.WebhookURL, "dev-webhook-url", o.WebhookURL,
+		"Development only: the controller's own webhooks are called at this https URL (plus their path) instead of through the webhook Service")
 	fs.StringVar(&o.PolicyServerURL, "dev-policy-server-url", o.PolicyServerURL,
 		"Development only: webhooks call this https URL (plus /validate/<policy>) instead of the policy server Service")
 }
@@ -82,11 +88,19 @@ func (o *Options) Validate() error {
 	if o.DeploymentsNamespace == "" {
 		errs = append(errs, errors.New("--deployments-namespace is required"))
 	}
-	if o.PolicyServerURL != "" {
-		u, err := url.Parse(o.PolicyServerURL)
-		if err != nil || u.Scheme != "https" || u.Host == "" {
-			errs = append(errs, fmt.Errorf("--dev-policy-server-url %q: want an https URL with a host", o.PolicyServerURL))
+	for flag, value := range map[string]string{"--dev-policy-server-url": o.PolicyServerURL, "--dev-webhook-url": o.WebhookURL} {
+		if value == "" {
+			continue
 		}
+		if u, err := url.Parse(value); err != nil || u.Scheme != "https" || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s %q: want an https URL with a host", flag, value))
+		}
+	}
+	if o.WebhookServerPort <= 0 || o.WebhookServerPort > 65535 {
+		errs = append(errs, fmt.Errorf("--webhook-server-port %d is not a port", o.WebhookServerPort))
+	}
+	if o.WebhookServiceName == "" && o.WebhookURL == "" {
+		errs = append(errs, errors.New("--webhook-service-name is required"))
 	}
 	if o.PolicyServerMetricsPort <= 0 || o.PolicyServerMetricsPort > 65535 {
 		errs = append(errs, fmt.Errorf("--policy-server-metrics-port %d is not a port", o.PolicyServerMetricsPort))

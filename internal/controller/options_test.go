@@ -19,6 +19,9 @@ func TestOptions(t *testing.T) {
 			"--always-accept-admission-reviews-on-deployments-namespace", "--enable-metrics"}, ""},
 		{"no namespace", nil, "--deployments-namespace is required"},
 		{"plain http dev URL", []string{"--deployments-namespace=w", "--dev-policy-server-url=http://127.0.0.1:1"}, "want an https URL"},
+		{"plain http webhook URL", []string{"--deployments-namespace=w", "--dev-webhook-url=http://127.0.0.1:1"}, "--dev-webhook-url"},
+		{"bad webhook port", []string{"--deployments-namespace=w", "--webhook-server-port=70000"}, "--webhook-server-port 70000 is not a port"},
+		{"no webhook service", []string{"--deployments-namespace=w", "--webhook-service-name="}, "--webhook-service-name is required"},
 		{"bad metrics port", []string{"--deployments-namespace=w", "--policy-server-metrics-port=0"}, "is not a port"},
 	}
 	for _, tc := range tests {

@@ -81,8 +81,8 @@ func sideEffects(p policiesv1.Policy) *admissionregistrationv1.SideEffectClass {
 	return ptr.To(admissionregistrationv1.SideEffectClassNone)
 }
 
-// webhook is p's webhook, sending its requests to t.
-func webhook(p policiesv1.Policy, t webhookTarget) admissionregistrationv1.ValidatingWebhook {
+// policyWebhook is p's webhook, sending its requests to t.
+func policyWebhook(p policiesv1.Policy, t webhookTarget) admissionregistrationv1.ValidatingWebhook {
 	name := p.GetUniqueName()
 	return admissionregistrationv1.ValidatingWebhook{
 		Name:                    name + webhookSuffix,
@@ -102,13 +102,13 @@ func webhook(p policiesv1.Policy, t webhookTarget) admissionregistrationv1.Valid
 // desiredValidatingWebhook sets cfg to send p's requests to t.
 func desiredValidatingWebhook(cfg *admissionregistrationv1.ValidatingWebhookConfiguration, p policiesv1.Policy, t webhookTarget) {
 	webhookMeta(&cfg.ObjectMeta, p)
-	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{webhook(p, t)}
+	cfg.Webhooks = []admissionregistrationv1.ValidatingWebhook{policyWebhook(p, t)}
 }
 
 // desiredMutatingWebhook sets cfg to send p's requests to t.
 func desiredMutatingWebhook(cfg *admissionregistrationv1.MutatingWebhookConfiguration, p policiesv1.Policy, t webhookTarget) {
 	webhookMeta(&cfg.ObjectMeta, p)
-	w := webhook(p, t)
+	w := policyWebhook(p, t)
 	cfg.Webhooks = []admissionregistrationv1.MutatingWebhook{{
 		Name:                    w.Name,
 		ClientConfig:            w.ClientConfig,

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,7 +47,7 @@ func TestControllerEndToEnd(t *testing.T) {
 	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
 
 	port := freePort(t)
-	opts := controllerOptions()
+	opts := controllerOptions(t)
 	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
 	startController(t, cl, opts)
 
@@ -186,7 +187,7 @@ func TestPolicyWithoutItsPolicyServer(t *testing.T) {
 	cl := startCluster(t)
 	c := cl.Client
 	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
-	startController(t, cl, controllerOptions())
+	startController(t, cl, controllerOptions(t))
 
 	cap := &policiesv1.ClusterAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "orphan"},
@@ -263,20 +264,33 @@ func startCluster(t *testing.T) *clustertest.Cluster {
 }
 
 // controllerOptions are the controller's options for a test: policy servers
-// in wardenNamespace, no metrics or probe listeners.
-func controllerOptions() controller.Options {
+// in wardenNamespace, no metrics or probe listeners, and the controller's
+// own webhooks on a free port of 127.0.0.1, which the API server calls by
+// URL (it cannot resolve the webhook Service).
+func controllerOptions(t *testing.T) controller.Options {
 	opts := controller.DefaultOptions()
 	opts.DeploymentsNamespace = wardenNamespace
 	opts.MetricsBindAddress, opts.HealthProbeBindAddress = "0", "0"
+	opts.WebhookServerPort = freePort(t)
+	opts.WebhookURL = fmt.Sprintf("https://127.0.0.1:%d", opts.WebhookServerPort)
 	return opts
 }
 
-// startController runs the controller against cl until the test ends; its
-// logs are shown if the test fails.
+// startController runs the controller against cl until the test ends, and
+// returns once its webhooks answer the API server; its logs are shown if
+// the test fails.
 func startController(t *testing.T, cl *clustertest.Cluster, opts controller.Options) {
 	t.Helper()
+	startControllerWithConfig(t, cl.Config, opts)
+	waitForControllerWebhooks(t, cl.Client)
+}
+
+// startControllerWithConfig runs the controller, talking to the API server
+// with cfg, until the test ends.
+func startControllerWithConfig(t *testing.T, cfg *rest.Config, opts controller.Options) {
+	t.Helper()
 	var logs logtest.Buffer
-	mgr, err := controller.NewManager(cl.Config, opts, slog.New(slog.NewTextHandler(&logs, nil)))
+	mgr, err := controller.NewManager(cfg, opts, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,6 +308,24 @@ func startController(t *testing.T, cl *clustertest.Cluster, opts controller.Opti
 		if t.Failed() {
 			t.Logf("controller logs:\n%s", logs.String())
 		}
+	})
+}
+
+// waitForControllerWebhooks waits until the controller's webhook
+// configurations exist and the API server gets answers through them: a
+// dry-run create passes the webhooks without storing anything.
+func waitForControllerWebhooks(t *testing.T, c client.Client) {
+	t.Helper()
+	eventually(t, "the controller's webhooks answer", func() bool {
+		var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+		if c.Get(t.Context(), client.ObjectKey{Name: "kubewarden-controller-validating-webhook-configuration"}, &cfg) != nil {
+			return false
+		}
+		probe := &policiesv1.PolicyServer{
+			ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe"},
+			Spec:       policiesv1.PolicyServerSpec{Image: "x", Replicas: 1},
+		}
+		return c.Create(t.Context(), probe, client.DryRunAll) == nil
 	})
 }
 

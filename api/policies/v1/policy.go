@@ -125,6 +125,8 @@ type Policy interface {
 	// GetStatus returns a pointer to the policy's status, to read or change
 	// it in place.
 	GetStatus() *PolicyStatus
+	// SetPolicyServer sets spec.policyServer.
+	SetPolicyServer(name string)
 	// SetStatus sets status.policyStatus.
 	SetStatus(status PolicyStatusEnum)
 	// SetPolicyModeStatus sets status.mode.

@@ -133,6 +133,11 @@ func (p *ClusterAdmissionPolicy) GetStatus() *PolicyStatus {
 	return &p.Status
 }
 
+// SetPolicyServer implements Policy.
+func (p *ClusterAdmissionPolicy) SetPolicyServer(name string) {
+	p.Spec.PolicyServer = name
+}
+
 // SetStatus implements Policy.
 func (p *ClusterAdmissionPolicy) SetStatus(status PolicyStatusEnum) {
 	p.Status.PolicyStatus = status
@@ -273,6 +278,11 @@ func (p *AdmissionPolicy) GetDescription() (string, bool) {
 // GetStatus implements Policy.
 func (p *AdmissionPolicy) GetStatus() *PolicyStatus {
 	return &p.Status
+}
+
+// SetPolicyServer implements Policy.
+func (p *AdmissionPolicy) SetPolicyServer(name string) {
+	p.Spec.PolicyServer = name
 }
 
 // SetStatus implements Policy.
@@ -420,6 +430,11 @@ func (p *ClusterAdmissionPolicyGroup) GetDescription() (string, bool) {
 // GetStatus implements Policy.
 func (p *ClusterAdmissionPolicyGroup) GetStatus() *PolicyStatus {
 	return &p.Status
+}
+
+// SetPolicyServer implements Policy.
+func (p *ClusterAdmissionPolicyGroup) SetPolicyServer(name string) {
+	p.Spec.PolicyServer = name
 }
 
 // SetStatus implements Policy.
@@ -572,6 +587,11 @@ func (p *AdmissionPolicyGroup) GetDescription() (string, bool) {
 // GetStatus implements Policy.
 func (p *AdmissionPolicyGroup) GetStatus() *PolicyStatus {
 	return &p.Status
+}
+
+// SetPolicyServer implements Policy.
+func (p *AdmissionPolicyGroup) SetPolicyServer(name string) {
+	p.Spec.PolicyServer = name
 }
 
 // SetStatus implements Policy.
