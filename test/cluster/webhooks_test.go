@@ -16,6 +16,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -40,7 +41,18 @@ func TestControllerWebhooks(t *testing.T) {
 	opts := controllerOptions(t)
 	metricsPort := freePort(t)
 	opts.MetricsBindAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	opts.LeaderElect = true
 	startController(t, cl, opts)
+
+	// The webhook configurations are written by the leader: the controller
+	// holds the Lease.
+	var lease coordinationv1.Lease
+	if err := c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "warden-controller"}, &lease); err != nil {
+		t.Fatalf("the leader election Lease: %v", err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		t.Errorf("the Lease has no holder: %+v", lease.Spec)
+	}
 
 	var cfg admissionregistrationv1.ValidatingWebhookConfiguration
 	if err := c.Get(ctx, client.ObjectKey{Name: "kubewarden-controller-validating-webhook-configuration"}, &cfg); err != nil {
