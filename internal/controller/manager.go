@@ -8,10 +8,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -82,6 +85,21 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
 	}
 	return cfg, nil
+}
+
+// otelEnv returns the OTEL_EXPORTER_OTLP_* variables of environ (as
+// os.Environ returns it), sorted: the policy servers get the controller's
+// collector settings.
+func otelEnv(environ []string) []corev1.EnvVar {
+	var env []corev1.EnvVar
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "OTEL_EXPORTER_OTLP_") {
+			env = append(env, corev1.EnvVar{Name: name, Value: value})
+		}
+	}
+	slices.SortFunc(env, func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
+	return env
 }
 
 // Scheme returns a scheme with the Kubernetes types and Warden's.
@@ -167,6 +185,16 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 		EnableMetrics:                      opts.EnableMetrics,
 		MetricsPort:                        opts.PolicyServerMetricsPort,
 		PolicyServerURL:                    opts.PolicyServerURL,
+		Pods: PodSettings{
+			EnableTracing:               opts.EnableTracing,
+			OtelSidecar:                 opts.EnableOtelSidecar,
+			OtelEnv:                     otelEnv(os.Environ()),
+			OtelCertificateSecret:       opts.OtelCertificateSecret,
+			OtelClientCertificateSecret: opts.OtelClientCertificateSecret,
+			ClientCAConfigMap:           opts.ClientCAConfigMapName,
+			ImagePullSecrets:            opts.ImagePullSecrets,
+			HostNetwork:                 opts.HostNetwork,
+		},
 	}
 	if err := psr.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the PolicyServer reconciler: %w", err)

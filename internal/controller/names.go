@@ -37,6 +37,13 @@ const (
 	// webhookSuffix ends the name of a policy's webhook.
 	webhookSuffix = ".kubewarden.admission"
 
+	// clientCAKey is the key of the client CA ConfigMap
+	// (--client-ca-configmap-name).
+	clientCAKey = "client-ca.crt"
+	// otelInjectAnnotation asks the OpenTelemetry operator for a collector
+	// sidecar.
+	otelInjectAnnotation = "sidecar.opentelemetry.io/inject"
+
 	// sigstoreTrustConfigKey is the key of a PolicyServer's sigstore trust
 	// ConfigMap.
 	sigstoreTrustConfigKey = "sigstore-trust-config"

@@ -49,6 +49,23 @@ type Options struct {
 	// webhook's path appended) instead of WebhookServiceName, and the
 	// webhook certificate is issued for its host.
 	WebhookURL string
+
+	// EnableTracing makes the policy servers export trace spans.
+	EnableTracing bool
+	// EnableOtelSidecar points the policy servers' metrics and spans at
+	// an OpenTelemetry collector sidecar (the OpenTelemetry operator's
+	// injection annotation) instead of the controller's collector.
+	EnableOtelSidecar bool
+	// OtelCertificateSecret and OtelClientCertificateSecret are mounted in
+	// the policy servers for a TLS collector.
+	OtelCertificateSecret       string
+	OtelClientCertificateSecret string
+	// ClientCAConfigMapName turns on mutual TLS in the policy servers.
+	ClientCAConfigMapName string
+	// ImagePullSecrets are given to every policy server pod.
+	ImagePullSecrets []string
+	// HostNetwork runs the policy servers in the node's network.
+	HostNetwork bool
 }
 
 // DefaultOptions returns the defaults of the flags.
@@ -78,6 +95,19 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.WebhookServerPort, "webhook-server-port", o.WebhookServerPort, "Port the controller's own admission webhooks listen on")
 	fs.StringVar(&o.WebhookURL, "dev-webhook-url", o.WebhookURL,
 		"Development only: the controller's own webhooks are called at this https URL (plus their path) instead of through the webhook Service")
+	fs.BoolVar(&o.EnableTracing, "enable-tracing", o.EnableTracing, "Make the policy servers export trace spans over OTLP (KUBEWARDEN_LOG_FMT=otlp)")
+	fs.BoolVar(&o.EnableOtelSidecar, "enable-otel-sidecar", o.EnableOtelSidecar,
+		"Send the policy servers' metrics and spans to an OpenTelemetry collector sidecar (sidecar.opentelemetry.io/inject) instead of the collector named by the controller's OTEL_EXPORTER_OTLP_* variables")
+	fs.StringVar(&o.OtelCertificateSecret, "opentelemetry-certificate-secret", o.OtelCertificateSecret,
+		"Secret with the OpenTelemetry collector's CA, mounted in the policy servers where OTEL_EXPORTER_OTLP_CERTIFICATE points")
+	fs.StringVar(&o.OtelClientCertificateSecret, "opentelemetry-client-certificate-secret", o.OtelClientCertificateSecret,
+		"Secret with the client certificate for the OpenTelemetry collector, mounted where OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE points")
+	fs.StringVar(&o.ClientCAConfigMapName, "client-ca-configmap-name", o.ClientCAConfigMapName,
+		"ConfigMap (key client-ca.crt) with the CA client certificates must chain to: turns on mutual TLS in the policy servers")
+	fs.StringSliceVar(&o.ImagePullSecrets, "image-pull-secrets", o.ImagePullSecrets,
+		"Comma-separated Secrets, in the deployments namespace, added as imagePullSecrets to every policy server pod")
+	fs.BoolVar(&o.HostNetwork, "host-network", o.HostNetwork,
+		"Run the policy servers in the node's network (only when the API server cannot reach pod IPs; it exposes the webhooks on the node)")
 	fs.StringVar(&o.PolicyServerURL, "dev-policy-server-url", o.PolicyServerURL,
 		"Development only: webhooks call this https URL (plus /validate/<policy>) instead of the policy server Service")
 }
@@ -98,6 +128,9 @@ func (o *Options) Validate() error {
 	}
 	if o.WebhookServerPort <= 0 || o.WebhookServerPort > 65535 {
 		errs = append(errs, fmt.Errorf("--webhook-server-port %d is not a port", o.WebhookServerPort))
+	}
+	if o.HostNetwork && o.EnableOtelSidecar {
+		errs = append(errs, errors.New("--host-network and --enable-otel-sidecar are mutually exclusive: sidecars on the node's network would clash on their ports; use a remote collector"))
 	}
 	if o.WebhookServiceName == "" && o.WebhookURL == "" {
 		errs = append(errs, errors.New("--webhook-service-name is required"))

@@ -22,6 +22,9 @@ func TestOptions(t *testing.T) {
 		{"plain http webhook URL", []string{"--deployments-namespace=w", "--dev-webhook-url=http://127.0.0.1:1"}, "--dev-webhook-url"},
 		{"bad webhook port", []string{"--deployments-namespace=w", "--webhook-server-port=70000"}, "--webhook-server-port 70000 is not a port"},
 		{"no webhook service", []string{"--deployments-namespace=w", "--webhook-service-name="}, "--webhook-service-name is required"},
+		{"host network with a sidecar", []string{"--deployments-namespace=w", "--host-network", "--enable-otel-sidecar"}, "mutually exclusive"},
+		{"Kubewarden's pod flags", []string{"--deployments-namespace=w", "--enable-tracing", "--host-network", "--client-ca-configmap-name=ca",
+			"--image-pull-secrets=a,b", "--opentelemetry-certificate-secret=c", "--opentelemetry-client-certificate-secret=d"}, ""},
 		{"bad metrics port", []string{"--deployments-namespace=w", "--policy-server-metrics-port=0"}, "is not a port"},
 	}
 	for _, tc := range tests {

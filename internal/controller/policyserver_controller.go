@@ -53,6 +53,37 @@ type PolicyServerReconciler struct {
 	PolicyServerURL string
 	// Now returns the time certificates are checked against.
 	Now func() time.Time
+
+	// Pods holds the settings every policy server pod gets from the
+	// controller's flags.
+	Pods PodSettings
+}
+
+// PodSettings are the controller-wide settings of the policy server pods
+// (Kubewarden's controller flags of the same names).
+type PodSettings struct {
+	// EnableTracing makes policy servers export trace spans
+	// (KUBEWARDEN_LOG_FMT=otlp).
+	EnableTracing bool
+	// OtelSidecar sends metrics and spans to an OpenTelemetry collector
+	// sidecar injected by the OpenTelemetry operator, instead of the
+	// collector the controller's own OTEL_EXPORTER_OTLP_* variables name.
+	OtelSidecar bool
+	// OtelEnv are the controller's OTEL_EXPORTER_OTLP_* variables, given
+	// to the policy servers when there is no sidecar.
+	OtelEnv []corev1.EnvVar
+	// OtelCertificateSecret and OtelClientCertificateSecret are Secrets
+	// mounted where OTEL_EXPORTER_OTLP_CERTIFICATE and
+	// OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE point.
+	OtelCertificateSecret       string
+	OtelClientCertificateSecret string
+	// ClientCAConfigMap, when set, turns on mutual TLS: its client-ca.crt
+	// and Warden's CA are the CAs client certificates must chain to.
+	ClientCAConfigMap string
+	// ImagePullSecrets are added to every policy server pod.
+	ImagePullSecrets []string
+	// HostNetwork runs the pods in the node's network namespace.
+	HostNetwork bool
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -94,6 +125,13 @@ func (r *PolicyServerReconciler) reconcileObjects(ctx context.Context, ps *polic
 	cm, hasSources, err := r.reconcileConfigMap(ctx, ps)
 	if setCondition(ps, policiesv1.PolicyServerConfigMapReconciled, err); err != nil {
 		return err
+	}
+	if name := r.Pods.ClientCAConfigMap; name != "" {
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, &corev1.ConfigMap{}); err != nil {
+			err = fmt.Errorf("reading the client CA ConfigMap %q: %w", name, err)
+			setCondition(ps, policiesv1.PolicyServerDeploymentReconciled, err)
+			return err
+		}
 	}
 	err = r.apply(ctx, ps, &appsv1.StatefulSet{ObjectMeta: r.meta(ps)}, func(o client.Object) error {
 		r.desiredStatefulSet(o.(*appsv1.StatefulSet), ps, cm.ResourceVersion, hasSources)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"maps"
+	"path"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -63,6 +64,14 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 	if ps.Spec.ImagePullSecret != "" {
 		spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: ps.Spec.ImagePullSecret}}
 	}
+	for _, name := range r.Pods.ImagePullSecrets {
+		spec.ImagePullSecrets = append(spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+	}
+	spec.HostNetwork = r.Pods.HostNetwork
+	spec.DNSPolicy = corev1.DNSClusterFirst
+	if r.Pods.HostNetwork {
+		spec.DNSPolicy = corev1.DNSClusterFirstWithHostNet
+	}
 	spec.SecurityContext = ps.Spec.SecurityContexts.Pod
 	if spec.SecurityContext == nil {
 		spec.SecurityContext = &corev1.PodSecurityContext{
@@ -119,10 +128,41 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 	if r.AlwaysAcceptOnDeploymentsNamespace {
 		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_ALWAYS_ACCEPT_ADMISSION_REVIEWS_ON_NAMESPACE", Value: r.Namespace})
 	}
-	if r.EnableMetrics {
-		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_ENABLE_METRICS", Value: "true"})
+	if name := r.Pods.ClientCAConfigMap; name != "" {
+		volumes = append(volumes,
+			corev1.Volume{Name: "kubewarden-ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: caSecretName, Items: []corev1.KeyToPath{{Key: caCertKey, Path: caCertKey}},
+			}}},
+			corev1.Volume{Name: "client-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: name},
+				Items:                []corev1.KeyToPath{{Key: clientCAKey, Path: clientCAKey}},
+			}}})
+		mounts = append(mounts,
+			corev1.VolumeMount{Name: "kubewarden-ca", MountPath: "/ca", ReadOnly: true},
+			corev1.VolumeMount{Name: "client-ca", MountPath: "/client-ca", ReadOnly: true})
+		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_CLIENT_CA_FILE", Value: "/ca/" + caCertKey + ",/client-ca/" + clientCAKey})
 	}
 	env = append(env, ps.Spec.Env...)
+	// The controller's observability settings win over the PolicyServer's
+	// env, as in Kubewarden.
+	if r.EnableMetrics {
+		env = setEnv(env, "KUBEWARDEN_ENABLE_METRICS", "true")
+	}
+	if r.Pods.EnableTracing {
+		env = setEnv(env, "KUBEWARDEN_LOG_FMT", "otlp")
+	}
+	if r.EnableMetrics || r.Pods.EnableTracing {
+		switch {
+		case !r.Pods.OtelSidecar:
+			for _, e := range r.Pods.OtelEnv {
+				env = setEnv(env, e.Name, e.Value)
+			}
+			volumes, mounts = r.otelCertificateMounts(volumes, mounts)
+		case !r.Pods.HostNetwork:
+			tmpl.Annotations = setAnnotation(tmpl.Annotations, otelInjectAnnotation, "true")
+			env = setEnv(env, "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4317")
+		}
+	}
 
 	securityContext := ps.Spec.SecurityContexts.Container
 	if securityContext == nil {
@@ -147,6 +187,51 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 			Path: "/readiness", Port: intstr.FromInt32(readinessPort), Scheme: corev1.URISchemeHTTP,
 		}}},
 	}}
+}
+
+// otelCertificateMounts mounts the OpenTelemetry collector's CA and the
+// client certificate Secrets in the directories the replicated
+// OTEL_EXPORTER_OTLP_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE
+// name.
+func (r *PolicyServerReconciler) otelCertificateMounts(volumes []corev1.Volume, mounts []corev1.VolumeMount) ([]corev1.Volume, []corev1.VolumeMount) {
+	for _, m := range []struct{ volume, secret, pathVar string }{
+		{"otel-collector-certificate", r.Pods.OtelCertificateSecret, "OTEL_EXPORTER_OTLP_CERTIFICATE"},
+		{"otel-collector-client-certificate", r.Pods.OtelClientCertificateSecret, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"},
+	} {
+		if m.secret == "" {
+			continue
+		}
+		dir := "/otel"
+		for _, e := range r.Pods.OtelEnv {
+			if e.Name == m.pathVar {
+				dir = path.Dir(e.Value)
+			}
+		}
+		volumes = append(volumes, corev1.Volume{Name: m.volume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: m.secret, DefaultMode: ptr.To[int32](0o420),
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: m.volume, MountPath: dir, ReadOnly: true})
+	}
+	return volumes, mounts
+}
+
+// setEnv sets name to value in env, in place of an earlier value.
+func setEnv(env []corev1.EnvVar, name, value string) []corev1.EnvVar {
+	for i := range env {
+		if env[i].Name == name {
+			env[i] = corev1.EnvVar{Name: name, Value: value}
+			return env
+		}
+	}
+	return append(env, corev1.EnvVar{Name: name, Value: value})
+}
+
+func setAnnotation(annotations map[string]string, key, value string) map[string]string {
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[key] = value
+	return annotations
 }
 
 // desiredService sets svc to expose ps's webhook on port 443.

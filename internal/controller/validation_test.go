@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -129,22 +130,7 @@ func TestValidatePolicy(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := validatePolicy(tc.p, tc.old)
-			if len(tc.want) == 0 {
-				if len(errs) != 0 {
-					t.Fatalf("validatePolicy = %v, want no error", errs)
-				}
-				return
-			}
-			got := errs.ToAggregate()
-			if got == nil {
-				t.Fatalf("validatePolicy accepted it, want %q", tc.want)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(got.Error(), w) {
-					t.Errorf("validatePolicy = %q, want it to contain %q", got, w)
-				}
-			}
+			assertFieldErrors(t, validatePolicy(tc.p, tc.old), tc.want)
 		})
 	}
 }
@@ -172,23 +158,29 @@ func TestValidatePolicyServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ps := &policiesv1.PolicyServer{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: tc.spec}
 			// No image pull Secret nor trust ConfigMap: nothing is read.
-			errs := validatePolicyServer(t.Context(), nil, "warden", ps)
-			if len(tc.want) == 0 {
-				if len(errs) != 0 {
-					t.Fatalf("validatePolicyServer = %v, want no error", errs)
-				}
-				return
-			}
-			got := errs.ToAggregate()
-			if got == nil {
-				t.Fatalf("validatePolicyServer accepted it, want %q", tc.want)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(got.Error(), w) {
-					t.Errorf("validatePolicyServer = %q, want it to contain %q", got, w)
-				}
-			}
+			assertFieldErrors(t, validatePolicyServer(t.Context(), nil, "warden", ps), tc.want)
 		})
+	}
+}
+
+// assertFieldErrors checks that errs is empty when want is, and otherwise
+// that its message contains every string of want.
+func assertFieldErrors(t *testing.T, errs field.ErrorList, want []string) {
+	t.Helper()
+	if len(want) == 0 {
+		if len(errs) != 0 {
+			t.Fatalf("errors %v, want none", errs)
+		}
+		return
+	}
+	got := errs.ToAggregate()
+	if got == nil {
+		t.Fatalf("no error, want %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(got.Error(), w) {
+			t.Errorf("errors %q, want them to contain %q", got, w)
+		}
 	}
 }
 

@@ -1,0 +1,137 @@
+package controller
+
+import (
+	"slices"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+)
+
+// The controller-wide pod settings (Kubewarden's controller flags) shape
+// every policy server's StatefulSet.
+func TestStatefulSetPodSettings(t *testing.T) {
+	ps := &policiesv1.PolicyServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec: policiesv1.PolicyServerSpec{
+			Image: "img", Replicas: 1, ImagePullSecret: "own",
+			Env: []corev1.EnvVar{{Name: "KUBEWARDEN_LOG_FMT", Value: "json"}, {Name: "EXTRA", Value: "1"}},
+		},
+	}
+	otel := []corev1.EnvVar{
+		{Name: "OTEL_EXPORTER_OTLP_CERTIFICATE", Value: "/otel/ca/ca.crt"},
+		{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "https://collector:4317"},
+	}
+	tests := []struct {
+		name  string
+		r     PolicyServerReconciler
+		check func(t *testing.T, spec *corev1.PodSpec, annotations map[string]string, env map[string]string)
+	}{
+		{
+			name: "defaults",
+			check: func(t *testing.T, spec *corev1.PodSpec, annotations map[string]string, env map[string]string) {
+				if spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirst {
+					t.Errorf("hostNetwork %v, dnsPolicy %s", spec.HostNetwork, spec.DNSPolicy)
+				}
+				if _, ok := env["KUBEWARDEN_CLIENT_CA_FILE"]; ok {
+					t.Error("mutual TLS without a client CA ConfigMap")
+				}
+				if env["KUBEWARDEN_LOG_FMT"] != "json" {
+					t.Errorf("the PolicyServer's own KUBEWARDEN_LOG_FMT = %q, want json", env["KUBEWARDEN_LOG_FMT"])
+				}
+			},
+		},
+		{
+			name: "tracing and metrics to the controller's collector",
+			r: PolicyServerReconciler{EnableMetrics: true, Pods: PodSettings{
+				EnableTracing: true, OtelEnv: otel, OtelCertificateSecret: "collector-ca",
+			}},
+			check: func(t *testing.T, spec *corev1.PodSpec, annotations map[string]string, env map[string]string) {
+				if env["KUBEWARDEN_LOG_FMT"] != "otlp" || env["KUBEWARDEN_ENABLE_METRICS"] != "true" || env["EXTRA"] != "1" {
+					t.Errorf("env %v", env)
+				}
+				if env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "https://collector:4317" || env["OTEL_EXPORTER_OTLP_CERTIFICATE"] != "/otel/ca/ca.crt" {
+					t.Errorf("the controller's OTLP settings are not replicated: %v", env)
+				}
+				if mount := mountOf(spec, "otel-collector-certificate"); mount == nil || mount.MountPath != "/otel/ca" {
+					t.Errorf("collector CA mount %+v, want /otel/ca", mount)
+				}
+				if annotations[otelInjectAnnotation] != "" {
+					t.Error("sidecar requested without --enable-otel-sidecar")
+				}
+			},
+		},
+		{
+			name: "sidecar",
+			r:    PolicyServerReconciler{EnableMetrics: true, Pods: PodSettings{OtelSidecar: true, OtelEnv: otel}},
+			check: func(t *testing.T, spec *corev1.PodSpec, annotations map[string]string, env map[string]string) {
+				if annotations[otelInjectAnnotation] != "true" || env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://localhost:4317" {
+					t.Errorf("annotations %v, env %v", annotations, env)
+				}
+				if _, ok := env["OTEL_EXPORTER_OTLP_CERTIFICATE"]; ok {
+					t.Error("the controller's collector settings were replicated next to a sidecar")
+				}
+			},
+		},
+		{
+			name: "mutual TLS, host network and pull secrets",
+			r: PolicyServerReconciler{Pods: PodSettings{
+				ClientCAConfigMap: "client-ca", HostNetwork: true, ImagePullSecrets: []string{"a", "b"},
+			}},
+			check: func(t *testing.T, spec *corev1.PodSpec, annotations map[string]string, env map[string]string) {
+				if env["KUBEWARDEN_CLIENT_CA_FILE"] != "/ca/ca.crt,/client-ca/client-ca.crt" {
+					t.Errorf("KUBEWARDEN_CLIENT_CA_FILE = %q", env["KUBEWARDEN_CLIENT_CA_FILE"])
+				}
+				if mountOf(spec, "kubewarden-ca") == nil || mountOf(spec, "client-ca") == nil {
+					t.Errorf("CA mounts missing: %+v", spec.Containers[0].VolumeMounts)
+				}
+				if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+					t.Errorf("hostNetwork %v, dnsPolicy %s", spec.HostNetwork, spec.DNSPolicy)
+				}
+				var names []string
+				for _, s := range spec.ImagePullSecrets {
+					names = append(names, s.Name)
+				}
+				if !slices.Equal(names, []string{"own", "a", "b"}) {
+					t.Errorf("imagePullSecrets %v, want [own a b]", names)
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.r.Namespace = "warden"
+			var sts appsv1.StatefulSet
+			tc.r.desiredStatefulSet(&sts, ps, "1", false)
+			spec := &sts.Spec.Template.Spec
+			env := map[string]string{}
+			for _, e := range spec.Containers[0].Env {
+				if _, dup := env[e.Name]; dup {
+					t.Errorf("%s is set twice", e.Name)
+				}
+				env[e.Name] = e.Value
+			}
+			tc.check(t, spec, sts.Spec.Template.Annotations, env)
+		})
+	}
+}
+
+func mountOf(spec *corev1.PodSpec, name string) *corev1.VolumeMount {
+	for i, m := range spec.Containers[0].VolumeMounts {
+		if m.Name == name {
+			return &spec.Containers[0].VolumeMounts[i]
+		}
+	}
+	return nil
+}
+
+func TestOtelEnv(t *testing.T) {
+	got := otelEnv([]string{"HOME=/root", "OTEL_EXPORTER_OTLP_TIMEOUT=5", "OTEL_EXPORTER_OTLP_ENDPOINT=http://c:4317", "OTEL_SERVICE_NAME=x"})
+	want := []corev1.EnvVar{{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://c:4317"}, {Name: "OTEL_EXPORTER_OTLP_TIMEOUT", Value: "5"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("otelEnv = %v, want %v", got, want)
+	}
+}
