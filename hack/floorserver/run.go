@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/wardenhq/warden/hack/internal/cmdline"
 )
 
 // run is the whole program: it parses args (args[0] is the program name) and
@@ -19,30 +20,10 @@ import (
 // "listening on https://ADDR" to stdout; logs go to stderr. It returns 0 after
 // a clean shutdown, 1 on failure and 2 for invalid flags.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		args = args[1:]
-	}
-	fs := flag.NewFlagSet("floorserver", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: floorserver [-addr ADDR] [-write-ca FILE | -cert-file FILE -key-file FILE]\n\nServes a webhook that allows every AdmissionReview at POST /validate/{name}. Flags:\n")
-		fs.PrintDefaults()
-	}
 	var opts Options
-	opts.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "floorserver: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintf(stderr, "floorserver: %v\n", err)
-		return 2
+	const usage = "usage: floorserver [-addr ADDR] [-write-ca FILE | -cert-file FILE -key-file FILE]\n\nServes a webhook that allows every AdmissionReview at POST /validate/{name}."
+	if code, ok := cmdline.Parse("floorserver", usage, args, &opts, stderr); !ok {
+		return code
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	if err := serve(ctx, &opts, stdout, logger); err != nil {

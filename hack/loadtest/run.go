@@ -3,43 +3,23 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/wardenhq/warden/hack/internal/cmdline"
 )
 
 // run is the whole program: it parses args (args[0] is the program name),
 // runs the load test and writes the results to stdout. It returns the exit
 // status described in the package comment.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		args = args[1:]
-	}
-	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: loadtest -url URL [-body FILE] [-c N] [-d DURATION] [-rate REQ/S] [flags]\n\nSends POST requests to URL and reports throughput and latency. Flags:\n")
-		fs.PrintDefaults()
-	}
 	var opts Options
-	opts.AddFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "loadtest: unexpected arguments %q\n", fs.Args())
-		return 2
-	}
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintf(stderr, "loadtest: %v\n", err)
-		return 2
+	const usage = "usage: loadtest -url URL [-body FILE] [-c N] [-d DURATION] [-rate REQ/S] [flags]\n\nSends POST requests to URL and reports throughput and latency."
+	if code, ok := cmdline.Parse("loadtest", usage, args, &opts, stderr); !ok {
+		return code
 	}
 	res, err := loadTest(ctx, &opts)
 	if err != nil {
