@@ -2,18 +2,28 @@ package wardenctl
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/asn1"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/spf13/cobra"
 	yamlv3 "go.yaml.in/yaml/v3"
 
 	"github.com/wardenhq/warden/internal/engine"
 	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/policyfetch"
+	"github.com/wardenhq/warden/internal/verify"
 )
 
 // fetchedPolicy is a policy argument, resolved and read.
@@ -71,7 +81,7 @@ type InspectOptions struct {
 func (o *InspectOptions) AddFlags(cmd *cobra.Command) {
 	o.Remote.AddFlags(cmd)
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "Output format: yaml (default: for people)")
-	cmd.Flags().BoolVar(&o.ShowSignatures, "show-signatures", false, "Show the Sigstore signatures of the policy")
+	cmd.Flags().BoolVar(&o.ShowSignatures, "show-signatures", false, "Show the Sigstore (cosign) signatures of a policy in a registry: listed, not verified")
 }
 
 // Validate checks the output format.
@@ -115,10 +125,17 @@ func (a *app) inspectCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				_, err = a.out.Write(b)
+				if _, err = a.out.Write(b); err != nil || !o.ShowSignatures {
+					return err
+				}
+				return a.writeSignaturesYAML(a.policySignatures(cmd.Context(), o.Remote, p))
+			}
+			if err := a.printMetadata(p, m); err != nil || !o.ShowSignatures {
 				return err
 			}
-			return a.printMetadata(p, m, o.ShowSignatures)
+			// After the metadata, which is printed even when the registry
+			// cannot be reached.
+			return a.printSignatures(a.policySignatures(cmd.Context(), o.Remote, p))
 		},
 	}
 	o.AddFlags(cmd)
@@ -127,7 +144,7 @@ func (a *app) inspectCommand() *cobra.Command {
 
 // printMetadata prints metadata for people: details, annotations, rules,
 // usage.
-func (a *app) printMetadata(p *fetchedPolicy, m *metadata.Metadata, signatures bool) error {
+func (a *app) printMetadata(p *fetchedPolicy, m *metadata.Metadata) error {
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "Details")
 	fmt.Fprintf(tw, "policy:\t%s\n", p.URI)
@@ -191,9 +208,6 @@ func (a *app) printMetadata(p *fetchedPolicy, m *metadata.Metadata, signatures b
 	if hasUsage {
 		fmt.Fprintf(a.out, "\nUsage\n%s\n", strings.TrimRight(usage, "\n"))
 	}
-	if signatures {
-		fmt.Fprintf(a.out, "\nSignatures\nsignature information not available: this version of Warden does not read Sigstore signatures\n")
-	}
 	return nil
 }
 
@@ -235,4 +249,332 @@ func plainStyle(n *yamlv3.Node) {
 	for _, c := range n.Content {
 		plainStyle(c)
 	}
+}
+
+// Limits on what inspect reads of a signature artifact, as verification's.
+const (
+	maxInspectedPayloads   = 256
+	maxInspectedPayloadLen = 1 << 20
+)
+
+// annotationChain is the layer annotation of cosign's certificate chain.
+const annotationChain = "dev.sigstore.cosign/chain"
+
+// signatureReport is what inspect --show-signatures found of a policy's
+// cosign signatures (the image tagged sha256-<hex>.sig next to the
+// policy's manifest, as kwctl shows them).
+type signatureReport struct {
+	// URI is the inspected policy.
+	URI string
+	// NotInRegistry is set when the policy is not a registry:// one: it
+	// carries no signatures.
+	NotInRegistry bool
+	// Unavailable is why the signatures could not be read: the registry
+	// could not be reached, refused the credentials, ...
+	Unavailable error
+	// Ref is the signature artifact, host/repo:sha256-<hex>.sig.
+	Ref string
+	// ManifestDigest is the digest of the policy's manifest in the registry.
+	ManifestDigest string
+	// OtherModule, when set, is the digest of the module that the
+	// registry's manifest names, which is not the inspected one: the tag
+	// moved since the policy was pulled.
+	OtherModule string
+	// Manifest is the signature artifact's manifest, as served; nil when
+	// there is none.
+	Manifest []byte
+	// Signatures are the artifact's layers, in order.
+	Signatures []signatureLayer
+}
+
+// signatureLayer is one layer of a signature artifact.
+type signatureLayer struct {
+	Layer ocispec.Descriptor
+	// Payload is the signed simple-signing document; nil when it was not
+	// read (PayloadErr says why, unless the layer is not a cosign one).
+	Payload    *signedPayload
+	PayloadErr error
+}
+
+// signedPayload is cosign's simple-signing payload: what a signature signs.
+type signedPayload struct {
+	Critical struct {
+		Identity struct {
+			DockerReference string `json:"docker-reference"`
+		} `json:"identity"`
+		Image struct {
+			DockerManifestDigest string `json:"docker-manifest-digest"`
+		} `json:"image"`
+	} `json:"critical"`
+	// Optional holds the annotations given at signing (cosign sign -a).
+	Optional map[string]any `json:"optional"`
+}
+
+// policySignatures reads the cosign signatures of a fetched policy. It
+// never fails: what goes wrong is in the report's Unavailable.
+func (a *app) policySignatures(ctx context.Context, o RemoteOptions, p *fetchedPolicy) *signatureReport {
+	r := &signatureReport{URI: p.URI}
+	if !strings.HasPrefix(p.URI, "registry://") {
+		r.NotInRegistry = true
+		return r
+	}
+	r.Unavailable = a.readSignatures(ctx, o, p, r)
+	return r
+}
+
+func (a *app) readSignatures(ctx context.Context, o RemoteOptions, p *fetchedPolicy, r *signatureReport) error {
+	ref, err := parseRegistryRef(p.URI)
+	if err != nil {
+		return err
+	}
+	repo := ref.Registry + "/" + ref.Repository
+	f, err := a.fetcher(o, a.storeDir())
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	man, err := f.FetchManifest(ctx, p.URI)
+	if err != nil {
+		return err
+	}
+	r.ManifestDigest = man.Digest
+	var pm ocispec.Manifest
+	if json.Unmarshal(man.Bytes, &pm) == nil && len(pm.Layers) == 1 && string(pm.Layers[0].Digest) != p.Digest {
+		r.OtherModule = string(pm.Layers[0].Digest)
+	}
+	tag, err := verify.SignatureTag(man.Digest)
+	if err != nil {
+		return err
+	}
+	r.Ref = repo + ":" + tag
+	sig, err := f.FetchManifest(ctx, r.Ref)
+	if errors.Is(err, policyfetch.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(sig.Bytes, &m); err != nil {
+		return fmt.Errorf("%s is not an image manifest: %w", r.Ref, err)
+	}
+	r.Manifest = sig.Bytes
+	for i, l := range m.Layers {
+		s := signatureLayer{Layer: l}
+		switch {
+		case l.MediaType != verify.MediaTypeSimpleSigning:
+		case i >= maxInspectedPayloads || l.Size > maxInspectedPayloadLen:
+			s.PayloadErr = errors.New("not read: too many signatures, or too large a payload")
+		default:
+			b, err := f.FetchBlob(ctx, repo, l)
+			if err != nil {
+				s.PayloadErr = err
+				break
+			}
+			var payload signedPayload
+			if err := json.Unmarshal(b, &payload); err != nil {
+				s.PayloadErr = fmt.Errorf("not a simple-signing payload: %w", err)
+				break
+			}
+			s.Payload = &payload
+		}
+		r.Signatures = append(r.Signatures, s)
+	}
+	return nil
+}
+
+// printSignatures prints a signature report for people.
+func (a *app) printSignatures(r *signatureReport) error {
+	fmt.Fprintf(a.out, "\nSignatures\n")
+	switch {
+	case r.NotInRegistry:
+		fmt.Fprintf(a.out, "no Sigstore signatures: %s is not in a registry\n", r.URI)
+		return nil
+	case r.Unavailable != nil:
+		fmt.Fprintf(a.out, "signature information not available: %s\n", oneLine(r.Unavailable.Error()))
+		return nil
+	case len(r.Signatures) == 0:
+		fmt.Fprintf(a.out, "no Sigstore signatures found (none at %s)\n", r.Ref)
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "signature artifact:\t%s\n", r.Ref)
+	fmt.Fprintf(tw, "policy manifest:\t%s\n", r.ManifestDigest)
+	if r.OtherModule != "" {
+		fmt.Fprintf(tw, "note:\tthe registry's manifest now names module %s, not the inspected one: these are its signatures\n", r.OtherModule)
+	}
+	fmt.Fprintf(tw, "verified:\tno: `wardenctl verify` checks signatures against keys or a verification.yml\n")
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for i, s := range r.Signatures {
+		fmt.Fprintf(a.out, "\nSignature %d\n", i+1)
+		tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "digest:\t%s\n", s.Layer.Digest)
+		fmt.Fprintf(tw, "media type:\t%s\n", s.Layer.MediaType)
+		fmt.Fprintf(tw, "size:\t%d\n", s.Layer.Size)
+		switch {
+		case s.Payload != nil:
+			signed := s.Payload.Critical.Identity.DockerReference + "@" + s.Payload.Critical.Image.DockerManifestDigest
+			if s.Payload.Critical.Image.DockerManifestDigest != r.ManifestDigest {
+				signed += " (not the policy's manifest)"
+			}
+			fmt.Fprintf(tw, "signs:\t%s\n", signed)
+			fmt.Fprintf(tw, "signed annotations:\t%s\n", orNone(payloadAnnotations(s.Payload.Optional)))
+		case s.PayloadErr != nil:
+			fmt.Fprintf(tw, "signs:\tunknown: the payload could not be read: %s\n", oneLine(s.PayloadErr.Error()))
+		default:
+			fmt.Fprintf(tw, "signs:\tunknown: not a cosign signature layer\n")
+		}
+		// The layer's annotations: cosign's first, summarised, then the
+		// others as they are.
+		annotations := maps.Clone(s.Layer.Annotations)
+		if v, ok := annotations[verify.AnnotationCertificate]; ok {
+			fmt.Fprintf(tw, "certificate:\t%s\n", describeCertificates(v, false))
+		} else {
+			fmt.Fprintf(tw, "certificate:\tnone (signed with a key)\n")
+		}
+		if v, ok := annotations[annotationChain]; ok {
+			fmt.Fprintf(tw, "certificate chain:\t%s\n", describeCertificates(v, true))
+		}
+		if v, ok := annotations[verify.AnnotationBundle]; ok {
+			fmt.Fprintf(tw, "rekor bundle:\t%s\n", describeBundle(v))
+		}
+		if v, ok := annotations[verify.AnnotationSignature]; ok {
+			fmt.Fprintf(tw, "signature:\t%s\n", oneLine(v))
+		} else {
+			fmt.Fprintf(tw, "signature:\tnone\n")
+		}
+		for _, k := range []string{verify.AnnotationCertificate, annotationChain, verify.AnnotationBundle, verify.AnnotationSignature} {
+			delete(annotations, k)
+		}
+		for _, k := range slices.Sorted(maps.Keys(annotations)) {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, oneLine(annotations[k]))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeSignaturesYAML appends a signature report to inspect's YAML output
+// as kwctl does: a "signatures" key holding the signature artifact's
+// manifest. What is not a manifest is a YAML comment.
+func (a *app) writeSignaturesYAML(r *signatureReport) error {
+	var err error
+	switch {
+	case r.NotInRegistry:
+		_, err = fmt.Fprintf(a.out, "# no Sigstore signatures: %s is not in a registry\nsignatures: null\n", r.URI)
+	case r.Unavailable != nil:
+		_, err = fmt.Fprintf(a.out, "# signature information not available: %s\n", oneLine(r.Unavailable.Error()))
+	case r.Manifest == nil:
+		_, err = fmt.Fprintf(a.out, "# no Sigstore signatures found (none at %s)\nsignatures: null\n", r.Ref)
+	default:
+		var b []byte
+		b, err = jsonToYAML(struct {
+			Signatures json.RawMessage `json:"signatures"`
+		}{r.Manifest})
+		if err == nil {
+			_, err = a.out.Write(b)
+		}
+	}
+	return err
+}
+
+// payloadAnnotations formats the optional section of a signed payload:
+// key=value pairs, sorted; values that are not strings as JSON.
+func payloadAnnotations(optional map[string]any) string {
+	pairs := make([]string, 0, len(optional))
+	for _, k := range slices.Sorted(maps.Keys(optional)) {
+		v, ok := optional[k].(string)
+		if !ok {
+			b, _ := json.Marshal(optional[k])
+			v = string(b)
+		}
+		pairs = append(pairs, k+"="+v)
+	}
+	return strings.Join(pairs, ", ")
+}
+
+// Fulcio's certificate extensions that name the OIDC issuer of a keyless
+// signature: the deprecated raw string, and its DER successor.
+var (
+	oidFulcioIssuer   = asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57264, 1, 1}
+	oidFulcioIssuerV2 = asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57264, 1, 8}
+)
+
+// describeCertificates summarises PEM certificates on one line: for a
+// signing certificate, its subject, identities (e-mail addresses, URIs),
+// OIDC issuer (Fulcio), issuer and validity; for a chain, each subject.
+func describeCertificates(pemText string, chain bool) string {
+	var certs []*x509.Certificate
+	rest := []byte(pemText)
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return "unreadable: " + err.Error()
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		return "unreadable: no PEM certificate"
+	}
+	if chain {
+		subjects := make([]string, len(certs))
+		for i, c := range certs {
+			subjects[i] = strconv.Quote(c.Subject.String())
+		}
+		noun := "certificates"
+		if len(certs) == 1 {
+			noun = "certificate"
+		}
+		return fmt.Sprintf("%d %s: %s", len(certs), noun, strings.Join(subjects, ", "))
+	}
+	c := certs[0]
+	parts := []string{"subject " + strconv.Quote(c.Subject.String())}
+	var ids []string
+	ids = append(ids, c.EmailAddresses...)
+	for _, u := range c.URIs {
+		ids = append(ids, u.String())
+	}
+	if len(ids) > 0 {
+		parts = append(parts, "identity "+strings.Join(ids, ", "))
+	}
+	for _, ext := range c.Extensions {
+		switch {
+		case ext.Id.Equal(oidFulcioIssuerV2):
+			var issuer string
+			if _, err := asn1.Unmarshal(ext.Value, &issuer); err == nil {
+				parts = append(parts, "oidc issuer "+issuer)
+			}
+		case ext.Id.Equal(oidFulcioIssuer):
+			parts = append(parts, "oidc issuer "+string(ext.Value))
+		}
+	}
+	parts = append(parts,
+		"issued by "+strconv.Quote(c.Issuer.String()),
+		"valid "+c.NotBefore.UTC().Format(time.RFC3339)+" to "+c.NotAfter.UTC().Format(time.RFC3339))
+	return strings.Join(parts, ", ")
+}
+
+// describeBundle summarises a Rekor bundle annotation: its transparency
+// log entry.
+func describeBundle(v string) string {
+	var b struct {
+		Payload struct {
+			IntegratedTime int64 `json:"integratedTime"`
+			LogIndex       int64 `json:"logIndex"`
+		} `json:"Payload"`
+	}
+	if err := json.Unmarshal([]byte(v), &b); err != nil {
+		return "present, unreadable: " + err.Error()
+	}
+	return fmt.Sprintf("log index %d, integrated %s", b.Payload.LogIndex,
+		time.Unix(b.Payload.IntegratedTime, 0).UTC().Format(time.RFC3339))
 }
