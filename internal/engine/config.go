@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/wardenhq/warden/internal/capabilities"
 )
 
 // Policy modes (RFC 001).
@@ -34,6 +36,11 @@ type PolicyConfig struct {
 
 	// Written by the controller, ignored by the server.
 	NamespacedName json.RawMessage `json:"namespacedName,omitempty"`
+
+	// ContextAwareFromMetadata grants the Kubernetes resources the module's
+	// metadata lists instead of ContextAwareResources, as kwctl's
+	// --allow-context-aware does. It is not part of policies.yml.
+	ContextAwareFromMetadata bool `json:"-"`
 }
 
 // GroupMember is one member of a policy group.
@@ -148,7 +155,7 @@ func (c *PolicyConfig) validate(id string) error {
 	if err := validateTimeout(c.TimeoutEvalSeconds); err != nil {
 		return err
 	}
-	if err := validateCapabilities(c.HostCapabilities); err != nil {
+	if err := capabilities.Validate(c.HostCapabilities); err != nil {
 		return err
 	}
 	if !c.IsGroup() {
@@ -173,7 +180,7 @@ func (c *PolicyConfig) validate(id string) error {
 		if err := validateTimeout(m.TimeoutEvalSeconds); err != nil {
 			return fmt.Errorf("group member %q: %w", name, err)
 		}
-		if err := validateCapabilities(m.HostCapabilities); err != nil {
+		if err := capabilities.Validate(m.HostCapabilities); err != nil {
 			return fmt.Errorf("group member %q: %w", name, err)
 		}
 	}

@@ -90,34 +90,3 @@ g:
 		})
 	}
 }
-
-func TestCapabilities(t *testing.T) {
-	valid := []string{"*", "oci/*", "oci/v1/*", "oci/v2/verify", "kubernetes/can_i", "kubernetes/*", "net/v1/dns_lookup_host", "crypto/v1/*"}
-	invalid := []string{"", "oci", "oci/v3/*", "kubernetes/can", "tracing/log", "foo/*", "oci/v1/verify/*", "*/*"}
-	for _, p := range valid {
-		if !validCapability(p) {
-			t.Errorf("%q should be valid", p)
-		}
-	}
-	for _, p := range invalid {
-		if validCapability(p) {
-			t.Errorf("%q should be invalid", p)
-		}
-	}
-	matches := []struct {
-		pattern, path string
-		want          bool
-	}{
-		{"*", "oci/v1/verify", true},
-		{"oci/*", "oci/v2/verify", true},
-		{"oci/v1/*", "oci/v2/verify", false},
-		{"oci/v1/verify", "oci/v1/verify", true},
-		{"oci/v1/verify", "oci/v1/manifest_digest", false},
-		{"kubernetes/*", "oci/v1/verify", false},
-	}
-	for _, m := range matches {
-		if got := capabilityMatches(m.pattern, m.path); got != m.want {
-			t.Errorf("capabilityMatches(%q, %q) = %v", m.pattern, m.path, got)
-		}
-	}
-}

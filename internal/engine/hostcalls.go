@@ -5,64 +5,51 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strings"
 
+	"github.com/wardenhq/warden/internal/capabilities"
+	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/observability"
 )
 
-// The host capabilities policies can be granted (compat 1.4), by namespace.
-// tracing is always allowed and never checked.
-var capabilityTree = map[string][]string{
-	"oci":        {"v1/verify", "v1/manifest_digest", "v1/oci_manifest", "v1/oci_manifest_config", "v2/verify"},
-	"net":        {"v1/dns_lookup_host"},
-	"crypto":     {"v1/is_certificate_trusted"},
-	"kubernetes": {"list_resources_by_namespace", "list_resources_all", "get_resource", "can_i"},
-}
+const (
+	tracingNamespace    = "tracing"
+	kubernetesNamespace = "kubernetes"
+)
 
-const tracingNamespace = "tracing"
-
-// validateCapabilities checks allow-list patterns: "*", "ns/*", "ns/vN/*" or
-// an exact path of the tree.
-func validateCapabilities(patterns []string) error {
-	for _, p := range patterns {
-		if !validCapability(p) {
-			return fmt.Errorf("invalid host capability %q: use \"*\", \"<namespace>/*\", \"<namespace>/<version>/*\" or a full path such as \"oci/v1/verify\" (namespaces: crypto, kubernetes, net, oci)", p)
-		}
-	}
-	return nil
-}
-
-func validCapability(p string) bool {
-	if p == "*" {
-		return true
-	}
-	prefix, wildcard := strings.CutSuffix(p, "/*")
-	for ns, ops := range capabilityTree {
-		for _, op := range ops {
-			path := ns + "/" + op
-			if p == path || (wildcard && strings.HasPrefix(path, prefix+"/")) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// capabilityMatches reports whether pattern grants path.
-func capabilityMatches(pattern, path string) bool {
-	if pattern == "*" || pattern == path {
-		return true
-	}
-	prefix, ok := strings.CutSuffix(pattern, "*")
-	return ok && strings.HasSuffix(prefix, "/") && strings.HasPrefix(path, prefix)
+// HostCapabilities answers the host calls that reach beyond a policy: the
+// oci, net, crypto and kubernetes namespaces (compat 1.4). The engine calls
+// it only for calls the policy was granted (its hostCapabilities and, for
+// the kubernetes reads, its contextAwareResources); its answer, or its
+// error text, goes to the guest as it is. internal/hostcap implements it.
+// Implementations must be safe for concurrent use.
+type HostCapabilities interface {
+	HostCall(ctx context.Context, namespace, operation string, payload []byte) ([]byte, error)
 }
 
 // hostCalls answers the host calls of one policy. It is safe for concurrent
 // use.
 type hostCalls struct {
-	policyID string
-	allowed  []string
-	logger   *slog.Logger
+	policyID  string
+	allowed   []string               // host capability patterns
+	resources []ContextAwareResource // Kubernetes kinds the policy may read
+	caps      HostCapabilities       // nil: none
+	logger    *slog.Logger
+}
+
+// hostCalls returns the host calls of a policy: what it was granted, and
+// the engine's provider.
+func (l *loader) hostCalls(id string, c *PolicyConfig, meta *metadata.Metadata) *hostCalls {
+	resources := c.ContextAwareResources
+	if c.ContextAwareFromMetadata {
+		resources = nil
+		if meta != nil {
+			for _, r := range meta.ContextAwareResources {
+				resources = append(resources, ContextAwareResource{APIVersion: r.APIVersion, Kind: r.Kind})
+			}
+		}
+	}
+	return &hostCalls{policyID: id, allowed: c.HostCapabilities, resources: resources,
+		caps: l.opts.HostCapabilities, logger: l.opts.Logger}
 }
 
 // HostCall implements wasm.HostCaller.
@@ -74,15 +61,10 @@ func (h *hostCalls) HostCall(ctx context.Context, _, namespace, operation string
 		h.guestLog(ctx, payload)
 		return nil, nil
 	}
-	ops, ok := capabilityTree[namespace]
-	if !ok {
+	switch nsKnown, opKnown := capabilities.Lookup(namespace, operation); {
+	case !nsKnown:
 		return nil, fmt.Errorf("unknown namespace: %s", namespace)
-	}
-	known := false
-	for _, op := range ops {
-		known = known || op == operation
-	}
-	if !known {
+	case !opKnown:
 		return nil, fmt.Errorf("unknown operation: %s", operation)
 	}
 	path := namespace + "/" + operation
@@ -91,12 +73,40 @@ func (h *hostCalls) HostCall(ctx context.Context, _, namespace, operation string
 			observability.KeyPolicyID, h.policyID, "capability", path)
 		return nil, fmt.Errorf("Policy has not been granted access to the '%s' host capability. The violation has been reported.", path)
 	}
-	return nil, fmt.Errorf("the '%s' host capability is not available in this version of Warden", path)
+	if namespace == kubernetesNamespace && operation != "can_i" {
+		if err := h.checkResource(ctx, operation, payload); err != nil {
+			return nil, err
+		}
+	}
+	if h.caps == nil {
+		return nil, fmt.Errorf("the '%s' host capability is not available: this evaluation has no host capabilities provider", path)
+	}
+	return h.caps.HostCall(ctx, namespace, operation, payload)
+}
+
+// checkResource checks that a Kubernetes read names a kind of the policy's
+// contextAwareResources (can_i is not gated by kind).
+func (h *hostCalls) checkResource(ctx context.Context, operation string, payload []byte) error {
+	var r struct {
+		APIVersion string `json:"api_version"`
+		Kind       string `json:"kind"`
+	}
+	if err := json.Unmarshal(payload, &r); err != nil {
+		return fmt.Errorf("decoding the kubernetes/%s request: %w", operation, err)
+	}
+	for _, a := range h.resources {
+		if a.APIVersion == r.APIVersion && a.Kind == r.Kind {
+			return nil
+		}
+	}
+	h.logger.WarnContext(ctx, "policy read a Kubernetes resource it was not granted",
+		observability.KeyPolicyID, h.policyID, "resource", r.APIVersion+"/"+r.Kind)
+	return fmt.Errorf("Policy has not been granted access to Kubernetes %s/%s resources. The violation has been reported.", r.APIVersion, r.Kind)
 }
 
 func (h *hostCalls) granted(path string) bool {
 	for _, p := range h.allowed {
-		if capabilityMatches(p, path) {
+		if capabilities.Matches(p, path) {
 			return true
 		}
 	}

@@ -51,6 +51,10 @@ type Options struct {
 
 	// Fetch returns a module's bytes. Nil reads file:// URLs only.
 	Fetch func(ctx context.Context, uri string) ([]byte, error)
+
+	// HostCapabilities answers the oci, net, crypto and kubernetes host
+	// calls that policies were granted. Nil: those calls fail.
+	HostCapabilities HostCapabilities
 }
 
 // loadTimeout bounds module initialisation and settings validation of one
@@ -234,7 +238,7 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Polic
 		Message:         c.Message,
 		Metadata:        ml.meta,
 		settings:        c.Settings,
-		host:            &hostCalls{policyID: id, allowed: c.HostCapabilities, logger: l.opts.Logger},
+		host:            l.hostCalls(id, c, ml.meta),
 		inflight:        make(chan struct{}, l.opts.Workers),
 	}
 	if len(p.settings) == 0 || string(p.settings) == "null" {

@@ -48,6 +48,7 @@ func TestBuildPolicies(t *testing.T) {
 		{name: "wasi-javy-log", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "wasi-counter", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "wasi-nostdin", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
+		{name: "host-call", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 	}
 
 	t.Run("the table lists every policy", func(t *testing.T) {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
 
 	"github.com/wardenhq/warden/internal/buildinfo"
+	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/observability"
 )
 
@@ -52,6 +54,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	if getenv("GOMAXPROCS") == "" {
 		SetGOMAXPROCS(opts.Workers)
 	}
+	if opts.HostCapabilities, err = newHostCapabilities(ctx, opts, getenv, logger); err != nil {
+		logger.Error("policy server failed to start", observability.KeyError, err)
+		return 1
+	}
 	srv, err := New(ctx, opts, logger)
 	if err != nil {
 		logger.Error("policy server failed to start", observability.KeyError, err)
@@ -62,4 +68,36 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return 1
 	}
 	return 0
+}
+
+// newHostCapabilities returns what answers the policies' host calls:
+// registries (under --sources-path and --docker-config-json-path; never
+// --verification-path, which is for policy modules), DNS, certificates, and
+// the Kubernetes API server of the kubeconfig or of the pod, when there is
+// one (hostcap.LoadKubeConfig). Without one, the kubernetes host
+// capabilities fail with Kubewarden's "kube::Client was not initialized
+// properly"; a configuration that cannot be read fails the start unless
+// --ignore-kubernetes-connection-failure. Nothing is contacted here.
+func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) string, logger *slog.Logger) (*hostcap.Host, error) {
+	registry, err := newFetcher(opts, logger, nil)
+	if err != nil {
+		return nil, err
+	}
+	var kube *hostcap.Kubernetes
+	cfg, err := hostcap.LoadKubeConfig(getenv)
+	if err == nil {
+		cfg.UserAgent = "warden-policy-server/" + buildinfo.String()
+		kube, err = hostcap.NewKubernetes(cfg, hostcap.KubernetesOptions{})
+	}
+	switch {
+	case errors.Is(err, hostcap.ErrNoKubeConfig):
+		logger.InfoContext(ctx, "no Kubernetes configuration: the kubernetes host capabilities will fail")
+	case err != nil && opts.IgnoreKubeFailure:
+		logger.WarnContext(ctx, "Kubernetes configuration ignored: the kubernetes host capabilities will fail", observability.KeyError, err)
+	case err != nil:
+		return nil, fmt.Errorf("kubernetes host capabilities: %w (--ignore-kubernetes-connection-failure starts without them)", err)
+	default:
+		logger.InfoContext(ctx, "kubernetes host capabilities read the API server", observability.KeyAddr, cfg.Host)
+	}
+	return hostcap.NewHost(hostcap.NewDirect(hostcap.Options{Registry: registry, Kubernetes: kube})), nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/wardenhq/warden/internal/engine"
 )
 
 // Options configure the policy server. Each flag has the environment variable
@@ -45,6 +47,12 @@ type Options struct {
 	MemoryLimitMiB     int
 	MaxRequestBodySize int64
 	NativeCELPolicy    bool
+
+	// HostCapabilities answers the policies' oci, net, crypto and
+	// kubernetes host calls. It is not a flag: Main builds it from the
+	// options and the environment (newHostCapabilities). Nil: those calls
+	// fail.
+	HostCapabilities engine.HostCapabilities
 }
 
 // DefaultOptions returns the defaults of every option.
@@ -128,7 +136,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AlwaysAcceptNS, "always-accept-admission-reviews-on-namespace", o.AlwaysAcceptNS, "Always accept AdmissionReviews that target the given namespace")
 	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "Interrupt policy evaluation after the given time (a number of seconds, or a duration such as 500ms)")
 	fs.BoolVar(&o.DisableTimeout, "disable-timeout-protection", o.DisableTimeout, "Disable policy timeout protection")
-	fs.BoolVar(&o.IgnoreKubeFailure, "ignore-kubernetes-connection-failure", o.IgnoreKubeFailure, "Do not exit when the Kubernetes API server cannot be reached (standalone Warden never needs it)")
+	fs.BoolVar(&o.IgnoreKubeFailure, "ignore-kubernetes-connection-failure", o.IgnoreKubeFailure, "Start even when the Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster) cannot be read; the kubernetes host capabilities then fail, as they do when there is no configuration at all")
 	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof, "Serve the Go profiling endpoints under /debug/pprof/ on the main listener")
 	fs.BoolVar(&o.ContinueOnErrors, "continue-on-errors", o.ContinueOnErrors, "Start even when policies fail to load; those policies reject every request with their error")
 	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "Directory of the compiled-module cache (empty: no cache)")

@@ -118,6 +118,7 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		Workers:               opts.Workers,
 		CompatVersion:         CompatVersion,
 		WasmCELPolicy:         wasmCEL,
+		HostCapabilities:      opts.HostCapabilities,
 	})
 	if err != nil {
 		return nil, err

@@ -113,29 +113,39 @@ func (a *app) benchCommand() *cobra.Command {
 				return err
 			}
 			defer p.sess.Close(ctx)
-			for _, pol := range p.policies {
-				label := argv[0]
-				if len(p.policies) > 1 || isYAMLFile(argv[0]) {
-					label = pol.ID
-				}
-				eval := func() error {
-					_, err := p.sess.evaluate(ctx, pol.ID, p.req, p.raw)
-					return err
-				}
-				res, err := measure(ctx, eval, o)
-				if err != nil {
-					return fmt.Errorf("benchmarking %s: %w", label, err)
-				}
-				res.Label = label
-				if err := a.reportBench(res, o.DumpDir); err != nil {
-					return err
-				}
+			err = a.benchPolicies(ctx, p, argv[0], o)
+			if ferr := p.hostCaps.finish(ctx, a.logger()); err == nil {
+				err = ferr
 			}
-			return nil
+			return err
 		},
 	}
 	o.AddFlags(cmd)
 	return cmd
+}
+
+// benchPolicies benchmarks every policy with the request and reports the
+// results.
+func (a *app) benchPolicies(ctx context.Context, p *prepared, arg string, o BenchOptions) error {
+	for _, pol := range p.policies {
+		label := arg
+		if len(p.policies) > 1 || isYAMLFile(arg) {
+			label = pol.ID
+		}
+		eval := func() error {
+			_, err := p.sess.evaluate(ctx, pol.ID, p.req, p.raw)
+			return err
+		}
+		res, err := measure(ctx, eval, o)
+		if err != nil {
+			return fmt.Errorf("benchmarking %s: %w", label, err)
+		}
+		res.Label = label
+		if err := a.reportBench(res, o.DumpDir); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // benchResult is the measurement of one policy.

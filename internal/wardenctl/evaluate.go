@@ -15,6 +15,7 @@ import (
 
 	"github.com/wardenhq/warden/internal/admission"
 	"github.com/wardenhq/warden/internal/engine"
+	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/wasm"
 )
@@ -52,12 +53,17 @@ type sessionOptions struct {
 	// ContinueOnErrors keeps the policies that fail to load: they answer
 	// every request with their error (test suites check such answers).
 	ContinueOnErrors bool
+	// HostCapabilities answers the policies' oci, net, crypto and kubernetes
+	// host calls. Nil: registries (under Remote's sources and credentials),
+	// DNS and certificates are answered, Kubernetes is not.
+	HostCapabilities engine.HostCapabilities
 }
 
 // session is a loaded engine and the runtime it runs on.
 type session struct {
-	rt  *wasm.Runtime
-	eng *engine.Engine
+	rt      *wasm.Runtime
+	eng     *engine.Engine
+	closers []func() // run by Close
 }
 
 // loadSession loads policies into an engine configured as kwctl runs them
@@ -79,12 +85,23 @@ func (a *app) loadSession(ctx context.Context, configs map[string]*engine.Policy
 		return nil, err
 	}
 	defer f.Close()
+	var closers []func()
+	caps := o.HostCapabilities
+	if caps == nil {
+		d, closeDirect, err := a.directHostCapabilities(o.Remote, nil)
+		if err != nil {
+			_ = rt.Close(ctx)
+			return nil, err
+		}
+		caps, closers = hostcap.NewHost(d), append(closers, closeDirect)
+	}
 	eng, err := engine.Load(ctx, configs, engine.Options{
 		Runtime:          rt,
 		Logger:           logger,
 		Workers:          1,
 		CompatVersion:    compatVersion,
 		ContinueOnErrors: o.ContinueOnErrors,
+		HostCapabilities: caps,
 		Fetch: func(ctx context.Context, uri string) ([]byte, error) {
 			m, err := f.Fetch(ctx, uri)
 			if err != nil {
@@ -99,15 +116,21 @@ func (a *app) loadSession(ctx context.Context, configs map[string]*engine.Policy
 	})
 	if err != nil {
 		_ = rt.Close(ctx)
+		for _, c := range closers {
+			c()
+		}
 		return nil, err
 	}
-	return &session{rt: rt, eng: eng}, nil
+	return &session{rt: rt, eng: eng, closers: closers}, nil
 }
 
-// Close releases the engine and the runtime.
+// Close releases the engine, the runtime and what answered host calls.
 func (s *session) Close(ctx context.Context) {
 	s.eng.Close(ctx)
 	_ = s.rt.Close(ctx)
+	for _, c := range s.closers {
+		c()
+	}
 }
 
 // evaluate answers one request with policy id: a raw request when raw,
@@ -152,10 +175,6 @@ func adaptModule(ctx context.Context, module []byte, mode string, logger *slog.L
 	}
 	if mode != "" && meta.Mode() != mode {
 		return nil, fmt.Errorf("the execution mode given, %s, is not the one of the policy's metadata, %s", mode, meta.Mode())
-	}
-	if len(meta.ContextAwareResources) > 0 {
-		logger.WarnContext(ctx, "the policy reads Kubernetes resources, which wardenctl cannot give it: its host calls will fail",
-			"context_aware_resources", meta.ContextAwareResources)
 	}
 	return module, nil
 }

@@ -24,14 +24,22 @@ type RunOptions struct {
 	ExecutionMode string
 	// Raw evaluates a raw request (compat 2.5).
 	Raw bool
-	// AllowContextAware grants the policy the Kubernetes resources of its
-	// metadata; Warden cannot yet, so it is refused.
+	// AllowContextAware grants a policy given as a module the Kubernetes
+	// resources its metadata lists (contextAwareResources); without it, it
+	// reads none, as in kwctl. Policies of a YAML file get the resources
+	// their resource lists.
 	AllowContextAware bool
 	// AllowedHostCapabilities are the host capabilities granted ("*": all).
 	AllowedHostCapabilities []string
 	// DisableWasmtimeCache compiles modules without the on-disk cache (the
 	// flag keeps kwctl's name).
 	DisableWasmtimeCache bool
+	// RecordHostCapabilities, when set, is the file the host calls and
+	// their answers are written to, in kwctl's session format.
+	RecordHostCapabilities string
+	// ReplayHostCapabilities, when set, is a session file (kwctl's format)
+	// that answers the host calls instead of registries, DNS and clusters.
+	ReplayHostCapabilities string
 }
 
 // AddFlags registers the flags, with kwctl's names.
@@ -44,9 +52,11 @@ func (o *RunOptions) AddFlags(cmd *cobra.Command) {
 	f.StringVarP(&o.RequestPath, "request-path", "r", "", "File containing the admission request (an AdmissionReview or an AdmissionRequest, JSON or YAML; - for standard input)")
 	f.StringVarP(&o.ExecutionMode, "execution-mode", "e", "", "The runtime to use: opa, gatekeeper, kubewarden or wasi (a module with metadata must agree)")
 	f.BoolVar(&o.Raw, "raw", false, "Validate a raw request")
-	f.BoolVar(&o.AllowContextAware, "allow-context-aware", false, "Grant access to the Kubernetes resources of the policy's contextAwareResources (not available in Warden yet)")
+	f.BoolVar(&o.AllowContextAware, "allow-context-aware", false, "Let the policy read the Kubernetes resources its metadata lists (contextAwareResources); review them first with inspect")
 	f.StringSliceVar(&o.AllowedHostCapabilities, "allowed-host-capabilities", []string{"*"}, "Host capabilities the policy may use (\"*\": all)")
 	f.BoolVar(&o.DisableWasmtimeCache, "disable-wasmtime-cache", false, "Do not use the cache of compiled modules")
+	f.StringVar(&o.RecordHostCapabilities, "record-host-capabilities-interactions", "", "Write the policy's host calls and their answers to `FILE`, a session that --replay-host-capabilities-interactions can replay")
+	f.StringVar(&o.ReplayHostCapabilities, "replay-host-capabilities-interactions", "", "Answer the policy's host calls from the session in `FILE` (recorded by wardenctl or kwctl), without reaching registries, DNS or Kubernetes")
 }
 
 // Validate checks the flags.
@@ -60,8 +70,8 @@ func (o *RunOptions) Validate() error {
 	if err := o.Remote.Verification.Validate(); err != nil {
 		return err
 	}
-	if o.AllowContextAware {
-		return errors.New("--allow-context-aware: this version of Warden cannot give policies access to Kubernetes resources (the kubernetes host capabilities are not available yet)")
+	if o.RecordHostCapabilities != "" && o.ReplayHostCapabilities != "" {
+		return &usageError{errors.New("--record-host-capabilities-interactions and --replay-host-capabilities-interactions cannot be used together")}
 	}
 	return o.Settings.Validate()
 }
@@ -72,6 +82,7 @@ type prepared struct {
 	policies []namedPolicy
 	req      *admission.Request
 	raw      json.RawMessage
+	hostCaps *hostCapabilities
 }
 
 // prepare resolves the policy argument (a module or a YAML file of policy
@@ -111,6 +122,8 @@ func (a *app) prepare(ctx context.Context, arg string, o *RunOptions) (*prepared
 			AllowedToMutate:  true,
 			Settings:         settings,
 			HostCapabilities: o.AllowedHostCapabilities,
+
+			ContextAwareFromMetadata: o.AllowContextAware,
 		}}}
 	}
 	grantCapabilities(policies, o.AllowedHostCapabilities)
@@ -122,15 +135,23 @@ func (a *app) prepare(ctx context.Context, arg string, o *RunOptions) (*prepared
 	if err != nil {
 		return nil, err
 	}
-	sess, err := a.loadSession(ctx, configs(policies), sessionOptions{
-		Remote:        o.Remote,
-		ExecutionMode: mode,
-		DisableCache:  o.DisableWasmtimeCache,
-	})
+	hostCaps, err := a.hostCapabilities(o, policies)
 	if err != nil {
 		return nil, err
 	}
-	return &prepared{sess: sess, policies: policies, req: req, raw: raw}, nil
+	sess, err := a.loadSession(ctx, configs(policies), sessionOptions{
+		Remote:           o.Remote,
+		ExecutionMode:    mode,
+		DisableCache:     o.DisableWasmtimeCache,
+		HostCapabilities: hostCaps.host,
+	})
+	if err != nil {
+		hostCaps.close()
+		return nil, err
+	}
+	sess.closers = append(sess.closers, hostCaps.close)
+	a.warnContextAware(ctx, sess, policies)
+	return &prepared{sess: sess, policies: policies, req: req, raw: raw, hostCaps: hostCaps}, nil
 }
 
 func (a *app) runCommand() *cobra.Command {
@@ -152,24 +173,34 @@ func (a *app) runCommand() *cobra.Command {
 				return err
 			}
 			defer p.sess.Close(ctx)
-			for _, pol := range p.policies {
-				resp, err := p.sess.evaluate(ctx, pol.ID, p.req, p.raw)
-				if err != nil {
-					return fmt.Errorf("evaluating %s: %w", pol.ID, err)
-				}
-				b, err := json.Marshal(resp)
-				if err != nil {
-					return err
-				}
-				if _, err := fmt.Fprintf(a.out, "%s\n", b); err != nil {
-					return err
-				}
+			err = a.runPolicies(ctx, p)
+			if ferr := p.hostCaps.finish(ctx, a.logger()); err == nil {
+				err = ferr
 			}
-			return nil
+			return err
 		},
 	}
 	o.AddFlags(cmd)
 	return cmd
+}
+
+// runPolicies evaluates the request with every policy and prints the
+// answers.
+func (a *app) runPolicies(ctx context.Context, p *prepared) error {
+	for _, pol := range p.policies {
+		resp, err := p.sess.evaluate(ctx, pol.ID, p.req, p.raw)
+		if err != nil {
+			return fmt.Errorf("evaluating %s: %w", pol.ID, err)
+		}
+		b, err := json.Marshal(resp)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(a.out, "%s\n", b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // grantCapabilities sets the host capabilities of policies and of the

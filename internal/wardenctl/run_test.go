@@ -120,7 +120,7 @@ spec:
 		{name: "unknown execution mode", args: []string{"run", "-e", "rust", "-r", clean, labels},
 			code: 2, wantErr: `invalid --execution-mode "rust"`},
 		{name: "context aware", args: []string{"run", "--allow-context-aware", "-r", clean, labels},
-			code: 1, wantErr: "--allow-context-aware: this version of Warden cannot give policies access to Kubernetes resources"},
+			code: 1, wantErr: "the policy may read Kubernetes resources: no Kubernetes configuration"},
 		{name: "no request", args: []string{"run", labels}, code: 2, wantErr: "--request-path is required"},
 		{name: "both settings flags", args: []string{"run", "-r", clean, "-s", settingsYAML, "--settings-json", "{}", labels},
 			code: 2, wantErr: "--settings-path and --settings-json cannot be used together"},

@@ -1,0 +1,411 @@
+package hostcap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ErrNoKubeConfig is returned by LoadKubeConfig when there is no
+// Kubernetes configuration to load.
+var ErrNoKubeConfig = errors.New("no Kubernetes configuration: KUBECONFIG is not set, there is no ~/.kube/config, and this is not running in a pod")
+
+// LoadKubeConfig finds the configuration of the Kubernetes API server the
+// way Kubewarden's kube client infers it: the kubeconfig files of
+// $KUBECONFIG, else ~/.kube/config, else the in-cluster configuration of a
+// pod. It returns ErrNoKubeConfig when there is none. getenv reads the
+// environment (the in-cluster configuration reads the process's own).
+func LoadKubeConfig(getenv func(string) string) (*rest.Config, error) {
+	var paths []string
+	for _, p := range filepath.SplitList(getenv("KUBECONFIG")) {
+		if p != "" {
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 && getenv("HOME") != "" {
+		if p := filepath.Join(getenv("HOME"), ".kube", "config"); fileExists(p) {
+			paths = []string{p}
+		}
+	}
+	if len(paths) > 0 {
+		rules := &clientcmd.ClientConfigLoadingRules{Precedence: paths}
+		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("reading the kubeconfig %s: %w", strings.Join(paths, string(filepath.ListSeparator)), err)
+		}
+		return cfg, nil
+	}
+	if getenv("KUBERNETES_SERVICE_HOST") != "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("reading the in-cluster Kubernetes configuration: %w", err)
+		}
+		return cfg, nil
+	}
+	return nil, ErrNoKubeConfig
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// KubernetesOptions configure NewKubernetes.
+type KubernetesOptions struct {
+	// Now is the clock of the get_resource and can_i caches; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Kubernetes answers the kubernetes host capabilities from an API server:
+// get_resource (GET), list_resources_by_namespace and list_resources_all
+// (LIST, paginated) through the dynamic client, kinds resolved to resources
+// by discovery (a RESTMapper, refreshed when a kind is not found, at most
+// every 10 s), and can_i (a SubjectAccessReview).
+//
+// There is no reflector store yet (Kubewarden's reflectors, Warden's
+// SQLite store of RFC 004): every list is a direct call to the API server,
+// never cached, and its items lose their managedFields and
+// last-applied-configuration annotation as a reflector's do. get_resource
+// and can_i answers are cached 5 s unless the request sets disable_cache.
+// Field masks keep, of everything but apiVersion, kind and metadata, only
+// the fields they name (arrays are traversed).
+//
+// Safe for concurrent use.
+type Kubernetes struct {
+	dynamic dynamic.Interface
+	mapper  *restmapper.DeferredDiscoveryRESTMapper
+	sar     authorizationv1client.SubjectAccessReviewInterface
+	gets    *ttlCache
+	canI    *ttlCache
+
+	resetMu   sync.Mutex
+	lastReset time.Time
+}
+
+// Kubewarden's cache time of get_resource and can_i.
+const kubeCacheTTL = 5 * time.Second
+
+// mapperResetInterval bounds how often discovery is refreshed because a
+// kind was not found.
+const mapperResetInterval = 10 * time.Second
+
+// listPageSize is the page size of list calls.
+const listPageSize = 500
+
+// NewKubernetes returns a Kubernetes for the API server of cfg. It connects
+// to nothing until asked. Unless cfg sets a rate limit, client-side rate
+// limiting is off, as in Kubewarden (the API server's priority and
+// fairness applies).
+func NewKubernetes(cfg *rest.Config, opts KubernetesOptions) (*Kubernetes, error) {
+	cfg = rest.CopyConfig(cfg)
+	if cfg.QPS == 0 && cfg.RateLimiter == nil {
+		cfg.QPS = -1
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "warden"
+	}
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes discovery client: %w", err)
+	}
+	authz, err := authorizationv1client.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes authorization client: %w", err)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Kubernetes{
+		dynamic: dyn,
+		mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		sar:     authz.SubjectAccessReviews(),
+		gets:    newTTLCache(kubeCacheTTL, now),
+		canI:    newTTLCache(kubeCacheTTL, now),
+	}, nil
+}
+
+// Handle answers a kubernetes request.
+func (k *Kubernetes) Handle(ctx context.Context, req Request) ([]byte, error) {
+	switch r := req.(type) {
+	case KubernetesListResourceNamespace:
+		return k.list(ctx, r.APIVersion, r.Kind, &r.Namespace, r.LabelSelector, r.FieldSelector, r.FieldMasks)
+	case KubernetesListResourceAll:
+		return k.list(ctx, r.APIVersion, r.Kind, nil, r.LabelSelector, r.FieldSelector, r.FieldMasks)
+	case KubernetesGetResource:
+		return k.get(ctx, r)
+	case KubernetesCanI:
+		if r.DisableCache {
+			return k.canIUncached(ctx, r.Request)
+		}
+		return k.canI.get(cacheKey(r), func() ([]byte, error) { return k.canIUncached(ctx, r.Request) })
+	}
+	return nil, fmt.Errorf("unsupported request %s", req.Variant())
+}
+
+// mapping resolves apiVersion and kind to a resource and its scope.
+func (k *Kubernetes) mapping(apiVersion, kind string) (*meta.RESTMapping, error) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil || gv.Version == "" {
+		return nil, fmt.Errorf("cannot determine group and version for %s", apiVersion)
+	}
+	gk := schema.GroupKind{Group: gv.Group, Kind: kind}
+	m, err := k.mapper.RESTMapping(gk, gv.Version)
+	if meta.IsNoMatchError(err) && k.mayRediscover() {
+		k.mapper.Reset()
+		m, err = k.mapper.RESTMapping(gk, gv.Version)
+	}
+	switch {
+	case meta.IsNoMatchError(err):
+		return nil, fmt.Errorf("Cannot find resource %s/%s", apiVersion, kind)
+	case err != nil:
+		return nil, fmt.Errorf("error finding resource %s / %s: %w", apiVersion, kind, err)
+	}
+	return m, nil
+}
+
+// mayRediscover reports whether discovery may be refreshed now.
+func (k *Kubernetes) mayRediscover() bool {
+	k.resetMu.Lock()
+	defer k.resetMu.Unlock()
+	if time.Since(k.lastReset) < mapperResetInterval {
+		return false
+	}
+	k.lastReset = time.Now()
+	return true
+}
+
+// kubeList is the answer of the list requests, Kubewarden's ObjectList.
+type kubeList struct {
+	APIVersion string           `json:"apiVersion"`
+	Kind       string           `json:"kind"`
+	Metadata   struct{}         `json:"metadata"`
+	Items      []map[string]any `json:"items"`
+}
+
+// list answers the list requests; namespace nil lists the whole cluster.
+func (k *Kubernetes) list(ctx context.Context, apiVersion, kind string, namespace, labelSelector, fieldSelector *string, masks []string) ([]byte, error) {
+	m, err := k.mapping(apiVersion, kind)
+	if err != nil {
+		return nil, err
+	}
+	var ri dynamic.ResourceInterface = k.dynamic.Resource(m.Resource)
+	if namespace != nil {
+		if m.Scope.Name() != meta.RESTScopeNameNamespace {
+			return nil, fmt.Errorf("resource %s/%s is cluster wide. Cannot search for it inside of a namespace", apiVersion, kind)
+		}
+		ri = k.dynamic.Resource(m.Resource).Namespace(*namespace)
+	}
+	opts := metav1.ListOptions{Limit: listPageSize}
+	if labelSelector != nil {
+		opts.LabelSelector = *labelSelector
+	}
+	if fieldSelector != nil {
+		opts.FieldSelector = *fieldSelector
+	}
+	out := kubeList{APIVersion: apiVersion, Kind: kind + "List", Items: []map[string]any{}}
+	mask := newMask(masks)
+	for {
+		page, err := ri.List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range page.Items {
+			obj := item.Object
+			trimListItem(obj)
+			mask.prune(obj)
+			out.Items = append(out.Items, obj)
+		}
+		if opts.Continue = page.GetContinue(); opts.Continue == "" {
+			break
+		}
+	}
+	return json.Marshal(out)
+}
+
+// trimListItem drops what Kubewarden's reflectors drop from the objects
+// they keep: managedFields and the last-applied-configuration annotation.
+func trimListItem(obj map[string]any) {
+	md, ok := obj["metadata"].(map[string]any)
+	if !ok {
+		return
+	}
+	delete(md, "managedFields")
+	if ann, ok := md["annotations"].(map[string]any); ok {
+		delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
+	}
+}
+
+// get answers get_resource, from the cache unless disabled; field masks
+// apply to a copy of the cached object.
+func (k *Kubernetes) get(ctx context.Context, r KubernetesGetResource) ([]byte, error) {
+	fetch := func() ([]byte, error) { return k.getUncached(ctx, r.APIVersion, r.Kind, r.Name, r.Namespace) }
+	var raw []byte
+	var err error
+	if r.DisableCache {
+		raw, err = fetch()
+	} else {
+		key := fmt.Sprintf("%s,%s,%s,%s", r.APIVersion, r.Kind, r.Name, rustOption(r.Namespace))
+		raw, err = k.gets.get(key, fetch)
+	}
+	if err != nil || len(r.FieldMasks) == 0 {
+		return raw, err
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, err
+	}
+	newMask(r.FieldMasks).prune(obj)
+	return json.Marshal(obj)
+}
+
+func (k *Kubernetes) getUncached(ctx context.Context, apiVersion, kind, name string, namespace *string) ([]byte, error) {
+	m, err := k.mapping(apiVersion, kind)
+	if err != nil {
+		return nil, err
+	}
+	var ri dynamic.ResourceInterface = k.dynamic.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		if namespace == nil {
+			return nil, fmt.Errorf("Resource %s/%s is namespaced, but no namespace was provided", apiVersion, kind)
+		}
+		ri = k.dynamic.Resource(m.Resource).Namespace(*namespace)
+	}
+	obj, err := ri.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("Cannot find %s/%s named '%s' inside of namespace '%s'", apiVersion, kind, name, rustOption(namespace))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return obj.MarshalJSON()
+}
+
+// rustOption writes an optional string as Rust's Debug does: None or
+// Some("x").
+func rustOption(s *string) string {
+	if s == nil {
+		return "None"
+	}
+	return fmt.Sprintf("Some(%q)", *s)
+}
+
+// canIUncached creates a SubjectAccessReview and answers its status.
+func (k *Kubernetes) canIUncached(ctx context.Context, r SubjectAccessReview) ([]byte, error) {
+	a := r.ResourceAttributes
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   r.User,
+		Groups: r.Groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace:   value(a.Namespace),
+			Verb:        a.Verb,
+			Group:       value(a.Group),
+			Version:     value(a.Version),
+			Resource:    a.Resource,
+			Subresource: value(a.Subresource),
+			Name:        value(a.Name),
+		},
+	}}
+	res, err := k.sar.Create(ctx, sar, metav1.CreateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(res.Status)
+}
+
+func value(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// mask is a tree of field names built from dot-separated field masks.
+type mask map[string]mask
+
+func newMask(paths []string) mask {
+	root := mask{}
+	for _, p := range paths {
+		n := root
+		for _, part := range strings.Split(p, ".") {
+			child, ok := n[part]
+			if !ok {
+				child = mask{}
+				n[part] = child
+			}
+			n = child
+		}
+	}
+	return root
+}
+
+// prune keeps, of obj's fields other than apiVersion, kind and metadata,
+// only those the mask names. An empty mask keeps everything.
+func (m mask) prune(obj map[string]any) {
+	if len(m) == 0 {
+		return
+	}
+	for k, v := range obj {
+		if k == "apiVersion" || k == "kind" || k == "metadata" {
+			continue
+		}
+		child, ok := m[k]
+		if !ok {
+			delete(obj, k)
+			continue
+		}
+		child.pruneValue(v)
+	}
+}
+
+// pruneValue prunes a value in place: objects keep the fields the mask
+// names, arrays apply the mask to each item, anything under a leaf of the
+// mask is kept whole.
+func (m mask) pruneValue(v any) {
+	if len(m) == 0 {
+		return
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		for k, c := range x {
+			child, ok := m[k]
+			if !ok {
+				delete(x, k)
+				continue
+			}
+			child.pruneValue(c)
+		}
+	case []any:
+		for _, item := range x {
+			m.pruneValue(item)
+		}
+	}
+}
