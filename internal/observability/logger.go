@@ -43,8 +43,8 @@ func ParseLevel(level string) (slog.Level, error) {
 //   - text: slog's key=value text format;
 //   - json: one JSON object per line;
 //   - otlp: text, as Kubewarden does: there, otlp adds the export of trace
-//     spans over OTLP and keeps printing text logs. Exporting spans is not this
-//     function's job.
+//     spans over OTLP and keeps printing text logs. The spans are
+//     [NewTracing]'s job.
 //
 // noColor is accepted for compatibility with --log-no-color; slog's handlers
 // never print colour, so it changes nothing.

@@ -139,14 +139,7 @@ func NewMetrics(ctx context.Context, opts MetricsOptions) (*Metrics, error) {
 		return nil, fmt.Errorf("creating prometheus exporter: %w", err)
 	}
 
-	serviceName := opts.ServiceName
-	if serviceName == "" {
-		serviceName = DefaultServiceName
-	}
-	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", serviceName)),
-		resource.WithFromEnv(), // later detectors win: the environment overrides
-	)
+	res, err := newResource(ctx, opts.ServiceName)
 	if err != nil {
 		return nil, fmt.Errorf("creating metrics resource: %w", err)
 	}
@@ -184,12 +177,11 @@ func NewMetrics(ctx context.Context, opts MetricsOptions) (*Metrics, error) {
 
 func newOTLPExporter(ctx context.Context, endpoint string) (sdkmetric.Exporter, error) {
 	var opts []otlpmetricgrpc.Option
+	isURL, err := parseEndpoint(endpoint)
 	switch {
-	case strings.Contains(endpoint, "://"):
-		// WithEndpointURL ignores a URL it cannot parse: check it here.
-		if u, err := url.Parse(endpoint); err != nil || u.Host == "" {
-			return nil, fmt.Errorf("invalid otlp endpoint %q: want host:port or a URL such as http://host:4317", endpoint)
-		}
+	case err != nil:
+		return nil, err
+	case isURL:
 		opts = append(opts, otlpmetricgrpc.WithEndpointURL(endpoint))
 	case endpoint != "":
 		opts = append(opts, otlpmetricgrpc.WithEndpoint(endpoint))
@@ -199,6 +191,32 @@ func newOTLPExporter(ctx context.Context, endpoint string) (sdkmetric.Exporter, 
 		return nil, fmt.Errorf("creating otlp metric exporter: %w", err)
 	}
 	return exporter, nil
+}
+
+// parseEndpoint checks an OTLP endpoint option and says whether it is a URL:
+// "" (keep the environment's), host:port, or a URL with a host.
+func parseEndpoint(endpoint string) (isURL bool, err error) {
+	if !strings.Contains(endpoint, "://") {
+		return false, nil
+	}
+	// The exporters' WithEndpointURL ignores a URL it cannot parse: check it here.
+	if u, err := url.Parse(endpoint); err != nil || u.Host == "" {
+		return false, fmt.Errorf("invalid otlp endpoint %q: want host:port or a URL such as http://host:4317", endpoint)
+	}
+	return true, nil
+}
+
+// newResource is the OTLP resource of metrics and spans: service.name is
+// serviceName ("" means [DefaultServiceName]) unless OTEL_SERVICE_NAME or
+// OTEL_RESOURCE_ATTRIBUTES say otherwise.
+func newResource(ctx context.Context, serviceName string) (*resource.Resource, error) {
+	if serviceName == "" {
+		serviceName = DefaultServiceName
+	}
+	return resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", serviceName)),
+		resource.WithFromEnv(), // later detectors win: the environment overrides
+	)
 }
 
 func newInstruments(provider *sdkmetric.MeterProvider) (*Metrics, error) {
@@ -230,10 +248,22 @@ func (m *Metrics) RecordEvaluation(ctx context.Context, e Evaluation, latency ti
 	if m == nil {
 		return
 	}
-	// At most 9 attributes: the array stays on the stack; one Set (a sorted
-	// copy, 512 bytes) is built and shared by both instruments.
-	var buf [9]attribute.KeyValue
-	kvs := append(buf[:0],
+	// At most maxEvaluationAttributes: the array stays on the stack; one Set
+	// (a sorted copy, 512 bytes) is built and shared by both instruments.
+	var buf [maxEvaluationAttributes]attribute.KeyValue
+	opt := metric.WithAttributeSet(attribute.NewSet(appendEvaluationAttributes(buf[:0], e)...))
+	m.evaluations.Add(ctx, 1, opt)
+	m.latency.Record(ctx, float64(latency)/float64(time.Millisecond), opt)
+}
+
+// maxEvaluationAttributes is the most attributes appendEvaluationAttributes
+// appends.
+const maxEvaluationAttributes = 9
+
+// appendEvaluationAttributes appends the attributes of e's metric series
+// (compat 4) to kvs.
+func appendEvaluationAttributes(kvs []attribute.KeyValue, e Evaluation) []attribute.KeyValue {
+	kvs = append(kvs,
 		attribute.String(attrPolicyName, e.PolicyName),
 		attribute.String(attrPolicyMode, e.PolicyMode),
 		attribute.Bool(attrAccepted, e.Accepted),
@@ -252,9 +282,7 @@ func (m *Metrics) RecordEvaluation(ctx context.Context, e Evaluation, latency ti
 	if e.ErrorCode != 0 {
 		kvs = append(kvs, attribute.Int64(attrErrorCode, int64(e.ErrorCode)))
 	}
-	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
-	m.evaluations.Add(ctx, 1, opt)
-	m.latency.Record(ctx, float64(latency)/float64(time.Millisecond), opt)
+	return kvs
 }
 
 // RecordInitializationError counts a policy that failed to initialize, as

@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,8 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	collectormetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
-	"google.golang.org/grpc"
+
+	"github.com/wardenhq/warden/internal/observability/otlptest"
 )
 
 func newTestMetrics(t *testing.T, opts MetricsOptions) *Metrics {
@@ -278,36 +277,14 @@ func TestNilMetrics(t *testing.T) {
 	}
 }
 
-// fakeCollector is an OTLP/gRPC metrics receiver.
-type fakeCollector struct {
-	collectormetrics.UnimplementedMetricsServiceServer
-	mu       sync.Mutex
-	requests []*collectormetrics.ExportMetricsServiceRequest
-}
-
-func (c *fakeCollector) Export(_ context.Context, req *collectormetrics.ExportMetricsServiceRequest) (*collectormetrics.ExportMetricsServiceResponse, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.requests = append(c.requests, req)
-	return &collectormetrics.ExportMetricsServiceResponse{}, nil
-}
-
 func TestOTLPExport(t *testing.T) {
 	for _, k := range []string{"OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"} {
 		t.Setenv(k, "")
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	collector := &fakeCollector{}
-	srv := grpc.NewServer()
-	collectormetrics.RegisterMetricsServiceServer(srv, collector)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	collector := otlptest.Start(t)
 
 	m, err := NewMetrics(t.Context(), MetricsOptions{
-		OTLPEndpoint: "http://" + lis.Addr().String(),
+		OTLPEndpoint: collector.Endpoint,
 		OTLPInterval: time.Hour, // only Shutdown pushes
 	})
 	if err != nil {
@@ -320,19 +297,12 @@ func TestOTLPExport(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 
-	collector.mu.Lock()
-	defer collector.mu.Unlock()
-	if len(collector.requests) == 0 {
+	requests := collector.MetricRequests()
+	if len(requests) == 0 {
 		t.Fatal("collector received nothing")
 	}
-	rm := collector.requests[0].GetResourceMetrics()[0]
-	var service string
-	for _, a := range rm.GetResource().GetAttributes() {
-		if a.GetKey() == "service.name" {
-			service = a.GetValue().GetStringValue()
-		}
-	}
-	if service != DefaultServiceName {
+	rm := requests[0].GetResourceMetrics()[0]
+	if service := otlptest.Attributes(rm.GetResource().GetAttributes())["service.name"]; service != DefaultServiceName {
 		t.Errorf("service.name = %q, want %q", service, DefaultServiceName)
 	}
 	sm := rm.GetScopeMetrics()[0]

@@ -74,6 +74,10 @@ func decodeError(w http.ResponseWriter, err error) {
 
 // handleReview serves /validate/{id} and /audit/{id}.
 func (s *Server) handleReview(origin engine.Origin) http.HandlerFunc {
+	spanName := observability.SpanValidation
+	if origin == engine.OriginAudit {
+		spanName = observability.SpanAudit
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		body := s.readJSON(w, r)
 		if body == nil {
@@ -85,14 +89,58 @@ func (s *Server) handleReview(origin engine.Origin) http.HandlerFunc {
 			return
 		}
 		id := r.PathValue("id")
-		resp, err := s.engine.Load().Validate(r.Context(), id, req, origin)
+		// As in Kubewarden, a request whose body does not decode has no span.
+		ctx, span := s.tracing.Start(r.Context(), spanName, id)
+		defer span.End()
+		if span.Recording() {
+			span.SetRequest(spanRequest(req))
+		}
+		resp, err := s.engine.Load().Validate(ctx, id, req, origin)
 		if err != nil {
-			s.evaluationError(w, r, id, err)
+			s.evaluationError(w, r, id, err, span)
 			return
 		}
+		span.SetResponse(spanResponse(resp))
 		s.logDecision(r, id, req.UID, resp)
 		writeJSON(w, http.StatusOK, admission.NewReview(resp))
 	}
+}
+
+// spanRequest is what a span records of req. The resource and subresource
+// are not among the fields admission.Request decodes: they are read from the
+// raw request, only for a span that records them.
+func spanRequest(req *admission.Request) observability.SpanRequest {
+	var extra struct {
+		Resource struct {
+			Group    string `json:"group"`
+			Version  string `json:"version"`
+			Resource string `json:"resource"`
+		} `json:"resource"`
+		SubResource string `json:"subResource"`
+	}
+	_ = json.Unmarshal(req.Raw, &extra) // it decoded once already: the fields are there or absent
+	return observability.SpanRequest{
+		UID:             req.UID,
+		Name:            req.Name,
+		Namespace:       req.Namespace,
+		Operation:       req.Operation,
+		SubResource:     extra.SubResource,
+		KindGroup:       req.Kind.Group,
+		KindVersion:     req.Kind.Version,
+		Kind:            req.Kind.Kind,
+		ResourceGroup:   extra.Resource.Group,
+		ResourceVersion: extra.Resource.Version,
+		Resource:        extra.Resource.Resource,
+	}
+}
+
+// spanResponse is what a span records of the response sent.
+func spanResponse(resp *admission.Response) observability.SpanResponse {
+	out := observability.SpanResponse{Allowed: resp.Allowed, Mutated: resp.Patch != nil}
+	if resp.Status != nil {
+		out.Code, out.Message = resp.Status.Code, resp.Status.Message
+	}
+	return out
 }
 
 type rawReview struct {
@@ -119,21 +167,28 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	resp, err := s.engine.Load().ValidateRaw(r.Context(), id, in.Request)
+	// Kubewarden's raw span records no request attributes.
+	ctx, span := s.tracing.Start(r.Context(), observability.SpanValidationRaw, id)
+	defer span.End()
+	resp, err := s.engine.Load().ValidateRaw(ctx, id, in.Request)
 	if err != nil {
-		s.evaluationError(w, r, id, err)
+		s.evaluationError(w, r, id, err, span)
 		return
 	}
+	span.SetResponse(spanResponse(resp))
 	s.logDecision(r, id, resp.UID, resp)
 	writeJSON(w, http.StatusOK, rawReviewResponse{Response: resp})
 }
 
-func (s *Server) evaluationError(w http.ResponseWriter, r *http.Request, id string, err error) {
+// evaluationError answers a request that could not be evaluated: 404 for an
+// unknown policy, else 500, which also marks its span failed.
+func (s *Server) evaluationError(w http.ResponseWriter, r *http.Request, id string, err error, span observability.RequestSpan) {
 	var notFound *engine.PolicyNotFoundError
 	if errors.As(err, &notFound) {
 		writeError(w, http.StatusNotFound, err.Error())
 		return
 	}
+	span.SetError(err)
 	s.logger.ErrorContext(r.Context(), "evaluation error", observability.KeyPolicyID, id, observability.KeyError, err)
 	writeError(w, http.StatusInternalServerError, "Something went wrong")
 }

@@ -47,9 +47,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return 2
 	}
-	// OTLP export failures surface through OpenTelemetry's global handler.
+	// OTLP export failures, of metrics and spans, surface through
+	// OpenTelemetry's global handler.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		logger.Warn("metrics export failed", observability.KeyError, err)
+		logger.Warn("otlp export failed", observability.KeyError, err)
 	}))
 	if getenv("GOMAXPROCS") == "" {
 		SetGOMAXPROCS(opts.Workers)

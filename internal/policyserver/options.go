@@ -131,7 +131,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.EnableMetrics, "enable-metrics", o.EnableMetrics, "Export metrics over OTLP too (OTEL_EXPORTER_OTLP_* variables); /metrics is always served")
 	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Also serve /metrics on this plain HTTP port (0: only on the readiness port)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Log level: trace, debug, info, warn, error")
-	fs.StringVar(&o.LogFormat, "log-fmt", o.LogFormat, "Log output format: text, json, otlp")
+	fs.StringVar(&o.LogFormat, "log-fmt", o.LogFormat, "Log output format: text, json, otlp (text, and trace spans exported over OTLP: OTEL_EXPORTER_OTLP_* variables)")
 	fs.BoolVar(&o.LogNoColor, "log-no-color", o.LogNoColor, "Disable colored output for logs")
 	fs.StringVar(&o.AlwaysAcceptNS, "always-accept-admission-reviews-on-namespace", o.AlwaysAcceptNS, "Always accept AdmissionReviews that target the given namespace")
 	fs.DurationVar(&o.PolicyTimeout, "policy-timeout", o.PolicyTimeout, "Interrupt policy evaluation after the given time (a number of seconds, or a duration such as 500ms)")

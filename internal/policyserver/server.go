@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -28,11 +29,16 @@ import (
 // Warden matches; policies' minimumKubewardenVersion is checked against it.
 const CompatVersion = "1.36.0"
 
+// serviceName is the OTLP service.name of the metrics and spans, unless
+// OTEL_SERVICE_NAME says otherwise.
+const serviceName = "warden-policy-server"
+
 // Server is a running policy server.
 type Server struct {
 	opts    Options
 	logger  *slog.Logger
 	metrics *observability.Metrics
+	tracing *observability.Tracing // nil: tracing off
 	rt      *wasm.Runtime
 	engine  atomic.Pointer[engine.Engine]
 	tls     *certwatch.Watcher
@@ -65,10 +71,13 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	var err error
 	s.metrics, err = observability.NewMetrics(ctx, observability.MetricsOptions{
 		OTLP:        opts.EnableMetrics,
-		ServiceName: "warden-policy-server",
+		ServiceName: serviceName,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up metrics: %w", err)
+	}
+	if s.tracing, err = newTracing(ctx, opts, logger); err != nil {
+		return nil, err
 	}
 	doc, err := os.ReadFile(opts.PoliciesPath)
 	if err != nil {
@@ -110,7 +119,7 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		},
 		Runtime:               s.rt,
 		Logger:                logger,
-		Recorder:              s.metrics,
+		Recorder:              evaluationRecorder{metrics: s.metrics, tracing: s.tracing},
 		DefaultTimeout:        opts.PolicyTimeout,
 		TimeoutProtection:     !opts.DisableTimeout,
 		ContinueOnErrors:      opts.ContinueOnErrors,
@@ -224,7 +233,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	return err
 }
 
-// Close releases the engine, the runtime and the metrics exporter.
+// Close releases the engine and the runtime, and flushes and stops the
+// metrics and span exporters.
 func (s *Server) Close(ctx context.Context) {
 	if e := s.engine.Load(); e != nil {
 		e.Close(ctx)
@@ -232,9 +242,8 @@ func (s *Server) Close(ctx context.Context) {
 	if s.rt != nil {
 		_ = s.rt.Close(ctx)
 	}
-	if s.metrics != nil {
-		_ = s.metrics.Shutdown(ctx)
-	}
+	_ = s.metrics.Shutdown(ctx)
+	_ = s.tracing.Shutdown(ctx)
 	for _, ln := range []net.Listener{s.main, s.readiness, s.metricsLn} {
 		if ln != nil {
 			_ = ln.Close()
@@ -262,6 +271,42 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// newTracing returns the span exporter of --log-fmt otlp, or nil when
+// tracing is off. As in Kubewarden, whose log filter also filters its
+// info-level spans, --log-level warn or error exports none.
+func newTracing(ctx context.Context, opts Options, logger *slog.Logger) (*observability.Tracing, error) {
+	if !strings.EqualFold(opts.LogFormat, "otlp") {
+		return nil, nil
+	}
+	if level, err := observability.ParseLevel(opts.LogLevel); err == nil && level > slog.LevelInfo {
+		logger.WarnContext(ctx, "no trace spans exported: --log-fmt otlp exports them at --log-level info, debug or trace")
+		return nil, nil
+	}
+	tracing, err := observability.NewTracing(ctx, observability.TracingOptions{ServiceName: serviceName})
+	if err != nil {
+		return nil, fmt.Errorf("setting up tracing: %w", err)
+	}
+	logger.InfoContext(ctx, "exporting trace spans over OTLP")
+	return tracing, nil
+}
+
+// evaluationRecorder hands every evaluation to the metrics and to the
+// tracing, which records it as a child of the request's span.
+type evaluationRecorder struct {
+	metrics *observability.Metrics
+	tracing *observability.Tracing
+}
+
+func (r evaluationRecorder) RecordEvaluation(ctx context.Context, e observability.Evaluation, latency time.Duration) {
+	r.metrics.RecordEvaluation(ctx, e, latency)
+	r.tracing.RecordEvaluation(ctx, e, latency)
+}
+
+func (r evaluationRecorder) RecordInitializationError(ctx context.Context, policyName, err string) {
+	r.metrics.RecordInitializationError(ctx, policyName, err)
+	r.tracing.RecordInitializationError(ctx, policyName, err)
 }
 
 // newVerifier returns the signature verifier of --verification-path, or nil

@@ -28,6 +28,9 @@ import (
 
 // testServer is a policy server on 127.0.0.1 with real TLS.
 type testServer struct {
+	// stop shuts the server down, as the end of the test does: its
+	// exporters flush.
+	stop   func()
 	srv    *policyserver.Server
 	client *http.Client
 	base   string
@@ -79,13 +82,18 @@ func startServer(t *testing.T, opts policyserver.Options) *testServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	ts := &testServer{
+		stop:   stop,
 		srv:    srv,
 		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}},
 		base:   "https://" + srv.Addr().String(),
