@@ -54,6 +54,10 @@ type Options struct {
 	// stored or returned, and modules of other schemes are refused; nil
 	// means no verification.
 	Verifier Verifier
+	// Progress, when set, hears how module downloads (registry layers and
+	// https:// modules) advance; manifests and signatures are not
+	// reported.
+	Progress Progress
 }
 
 // Module is a fetched policy module.
@@ -85,6 +89,7 @@ type Fetcher struct {
 	flights flightGroup
 
 	verifier Verifier
+	progress Progress
 }
 
 // New returns a Fetcher. It reads nothing and connects nowhere.
@@ -107,6 +112,7 @@ func New(opts Options) (*Fetcher, error) {
 		client:  client,
 
 		verifier: opts.Verifier,
+		progress: opts.Progress,
 	}
 	f.auth = &auth.Client{
 		Client:     client,
@@ -210,7 +216,7 @@ func (f *Fetcher) download(ctx context.Context, loc location) ([]byte, error) {
 	if resp.ContentLength > maxModuleSize {
 		return nil, fmt.Errorf("the module is %d bytes, more than the %d limit", resp.ContentLength, maxModuleSize)
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxModuleSize+1))
+	data, err := io.ReadAll(io.LimitReader(f.withProgress(resp.Body, resp.ContentLength), maxModuleSize+1))
 	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF) && resp.ContentLength > 0:
 		return nil, causef(err, "download truncated: got %d of %d bytes", len(data), resp.ContentLength)

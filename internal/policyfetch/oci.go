@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content"
@@ -185,7 +186,11 @@ func (f *Fetcher) blob(ctx context.Context, r registry.Reference, desc ocispec.D
 			return err
 		}
 		defer rc.Close()
-		data, err = readVerified(rc, desc, what)
+		var r io.Reader = rc
+		if what == "layer" { // the module, not a signature or a config
+			r = f.withProgress(rc, desc.Size)
+		}
+		data, err = readVerified(r, desc, what)
 		return err
 	})
 	if err != nil {

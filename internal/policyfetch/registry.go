@@ -42,7 +42,7 @@ func (f *Fetcher) pull(ctx context.Context, loc location) ([]byte, error) {
 	}
 	var data []byte
 	err = f.onRegistry(ctx, loc.ref, func(repo *remote.Repository) (err error) {
-		data, err = pullLayer(ctx, repo)
+		data, err = f.pullLayer(ctx, repo)
 		return err
 	})
 	if err != nil {
@@ -52,7 +52,7 @@ func (f *Fetcher) pull(ctx context.Context, loc location) ([]byte, error) {
 }
 
 // pullLayer fetches the manifest, checks its shape and fetches the layer.
-func pullLayer(ctx context.Context, repo *remote.Repository) ([]byte, error) {
+func (f *Fetcher) pullLayer(ctx context.Context, repo *remote.Repository) ([]byte, error) {
 	ref := repo.Reference
 	desc, rc, err := repo.FetchReference(ctx, ref.ReferenceOrDefault())
 	if errors.Is(err, errdef.ErrNotFound) {
@@ -88,7 +88,7 @@ func pullLayer(ctx context.Context, repo *remote.Repository) ([]byte, error) {
 		return nil, err
 	}
 	defer rc.Close()
-	return readVerified(rc, layer, "layer")
+	return readVerified(f.withProgress(rc, layer.Size), layer, "layer")
 }
 
 // policyLayer checks that a manifest is Kubewarden's shape and returns its

@@ -73,6 +73,7 @@ func (a *app) fetcher(o RemoteOptions, storeDir string) (*policyfetch.Fetcher, e
 		Sources:          src,
 		DockerConfigPath: a.dockerConfig(o),
 		Logger:           a.logger(),
+		Progress:         downloadProgress(a.out),
 	}
 	if v != nil { // never a typed nil in the interface
 		opts.Verifier = v
