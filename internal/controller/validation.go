@@ -338,6 +338,6 @@ func validateResources(limits, requests corev1.ResourceList) field.ErrorList {
 
 // invalid is the error a webhook answers for errs about obj: 422 Invalid,
 // with one cause per field error, as the API server's own validation.
-func invalid(kind, name string, errs field.ErrorList) error {
+func invalid(kind, name string, errs field.ErrorList) *apierrors.StatusError {
 	return apierrors.NewInvalid(policiesv1.GroupVersion.WithKind(kind).GroupKind(), name, errs)
 }

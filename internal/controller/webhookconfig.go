@@ -108,8 +108,13 @@ func desiredValidatingWebhook(cfg *admissionregistrationv1.ValidatingWebhookConf
 // desiredMutatingWebhook sets cfg to send p's requests to t.
 func desiredMutatingWebhook(cfg *admissionregistrationv1.MutatingWebhookConfiguration, p policiesv1.Policy, t webhookTarget) {
 	webhookMeta(&cfg.ObjectMeta, p)
-	w := policyWebhook(p, t)
-	cfg.Webhooks = []admissionregistrationv1.MutatingWebhook{{
+	cfg.Webhooks = []admissionregistrationv1.MutatingWebhook{asMutating(policyWebhook(p, t))}
+}
+
+// asMutating is w as a mutating webhook: the same fields, and the
+// mutating-only ones (reinvocationPolicy) left to their default.
+func asMutating(w admissionregistrationv1.ValidatingWebhook) admissionregistrationv1.MutatingWebhook {
+	return admissionregistrationv1.MutatingWebhook{
 		Name:                    w.Name,
 		ClientConfig:            w.ClientConfig,
 		Rules:                   w.Rules,
@@ -121,5 +126,5 @@ func desiredMutatingWebhook(cfg *admissionregistrationv1.MutatingWebhookConfigur
 		TimeoutSeconds:          w.TimeoutSeconds,
 		AdmissionReviewVersions: w.AdmissionReviewVersions,
 		MatchConditions:         w.MatchConditions,
-	}}
+	}
 }

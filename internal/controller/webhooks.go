@@ -18,7 +18,6 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -176,11 +175,8 @@ func (a *kindAdmission) validate(ctx context.Context, req admission.Request) adm
 	if len(errs) == 0 {
 		return admission.Allowed("")
 	}
-	var status *apierrors.StatusError
-	if !errors.As(invalid(a.kind, obj.GetName(), errs), &status) {
-		return admission.Denied(errs.ToAggregate().Error())
-	}
-	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status.ErrStatus}}
+	status := invalid(a.kind, obj.GetName(), errs).ErrStatus
+	return admission.Response{AdmissionResponse: admissionv1.AdmissionResponse{Allowed: false, Result: &status}}
 }
 
 // specUnchanged reports whether two encodings of an object have the same
@@ -317,11 +313,7 @@ func (c *webhookConfigurations) apply(ctx context.Context) error {
 		mutating.Labels = ownWebhookLabels(mutating.Labels)
 		mutating.Webhooks = nil
 		for _, k := range webhookKinds {
-			w := c.webhook("m", k, k.mutatePath(), bundle)
-			mutating.Webhooks = append(mutating.Webhooks, admissionregistrationv1.MutatingWebhook{
-				Name: w.Name, ClientConfig: w.ClientConfig, Rules: w.Rules, FailurePolicy: w.FailurePolicy,
-				SideEffects: w.SideEffects, AdmissionReviewVersions: w.AdmissionReviewVersions,
-			})
+			mutating.Webhooks = append(mutating.Webhooks, asMutating(c.webhook("m", k, k.mutatePath(), bundle)))
 		}
 		return nil
 	}); err != nil {
