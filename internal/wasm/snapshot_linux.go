@@ -4,6 +4,7 @@ package wasm
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -19,9 +20,12 @@ import (
 // for them). Untouched pages keep sharing the page cache, so N instances of a
 // module cost little more memory than one.
 //
-// Pages copied back stay private, so over time the reset copies the union of
-// the pages calls write: for a deterministic guest that is the same small set
-// every time.
+// Pages copied back stay private, so a reset copies the union of the pages
+// calls wrote since the snapshot was last mapped: for a deterministic guest
+// that is about what one call writes. A call that wrote many more pages than
+// usual (a large request) would make every later reset dearer, so when a
+// reset finds more than twice the usual number of private pages it maps the
+// snapshot afresh instead of copying, and the union starts again from empty.
 
 const osPageSize = 4096
 
@@ -38,6 +42,9 @@ type linearMemory struct {
 	region []byte
 	snap   *memSnapshot
 	pm     []byte // pagemap scratch, one entry per OS page of the snapshot
+	// usual is the number of private pages the first reset after a fresh
+	// mapping found: about what one call writes. Zero before that reset.
+	usual int
 }
 
 func newLinearMemory(max uint64, snap *memSnapshot) (*linearMemory, error) {
@@ -70,8 +77,18 @@ func (m *linearMemory) mapSnapshot(snap *memSnapshot) error {
 		return fmt.Errorf("mapping memory snapshot: %w", errno)
 	}
 	m.snap = snap
-	m.pm = make([]byte, snap.size/osPageSize*8)
+	if m.pm == nil {
+		m.pm = make([]byte, snap.size/osPageSize*8)
+	}
+	m.usual = 0
 	return nil
+}
+
+// remap maps the snapshot afresh over the memory, dropping every private
+// page: the next call starts sharing the page cache again. For a new
+// instance, whose instantiation wrote the data segments, this is the reset.
+func (m *linearMemory) remap() error {
+	return m.mapSnapshot(m.snap)
 }
 
 // Reallocate implements experimental.LinearMemory. The reservation never
@@ -150,22 +167,52 @@ var pagemap = sync.OnceValue(func() *os.File {
 
 // reset puts the snapshot's bytes back. The memory must not have grown.
 func (m *linearMemory) reset() error {
-	snap := m.snap
-	pm := pagemap()
-	if pm == nil {
-		copy(m.region[:snap.size], snap.view)
+	private, err := m.readPageMap()
+	if errors.Is(err, errNoPageMap) {
+		copy(m.region[:m.snap.size], m.snap.view)
 		return nil
 	}
-	base := uintptr(unsafe.Pointer(&m.region[0])) / osPageSize * 8
-	if _, err := pm.ReadAt(m.pm, int64(base)); err != nil {
-		return fmt.Errorf("reading page map: %w", err)
+	if err != nil {
+		return err
+	}
+	if m.usual > 0 && private > 2*m.usual+16 {
+		return m.remap()
+	}
+	if m.usual == 0 {
+		m.usual = max(private, 1)
 	}
 	for i := 0; i < len(m.pm); i += 8 {
-		e := binary.LittleEndian.Uint64(m.pm[i:])
-		if e&pmSwapped != 0 || (e&pmPresent != 0 && e&pmFilePage == 0) {
+		if privatePage(binary.LittleEndian.Uint64(m.pm[i:])) {
 			off := i / 8 * osPageSize
-			copy(m.region[off:off+osPageSize], snap.view[off:off+osPageSize])
+			copy(m.region[off:off+osPageSize], m.snap.view[off:off+osPageSize])
 		}
 	}
 	return nil
+}
+
+var errNoPageMap = errors.New("/proc/self/pagemap cannot be read")
+
+// readPageMap reads the page map entries of the snapshot's pages into m.pm
+// and counts the private ones.
+func (m *linearMemory) readPageMap() (private int, err error) {
+	pm := pagemap()
+	if pm == nil {
+		return 0, errNoPageMap
+	}
+	base := uintptr(unsafe.Pointer(&m.region[0])) / osPageSize * 8
+	if _, err := pm.ReadAt(m.pm, int64(base)); err != nil {
+		return 0, fmt.Errorf("reading page map: %w", err)
+	}
+	for i := 0; i < len(m.pm); i += 8 {
+		if privatePage(binary.LittleEndian.Uint64(m.pm[i:])) {
+			private++
+		}
+	}
+	return private, nil
+}
+
+// privatePage reports whether a page map entry is a page of the process's
+// own (written since the snapshot was mapped) rather than the page cache's.
+func privatePage(e uint64) bool {
+	return e&pmSwapped != 0 || (e&pmPresent != 0 && e&pmFilePage == 0)
 }

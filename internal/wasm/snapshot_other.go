@@ -56,3 +56,5 @@ func (m *linearMemory) reset() error {
 	copy(m.buf[:m.snap.size], m.snap.view)
 	return nil
 }
+
+func (m *linearMemory) remap() error { return m.reset() }

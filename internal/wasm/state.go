@@ -66,8 +66,24 @@ func (s *guestState) restore(values []uint64) error {
 	if err := s.mem.reset(); err != nil {
 		return err
 	}
+	s.setGlobals(values)
+	return nil
+}
+
+// start puts a new instance in the snapshot state. Its instantiation wrote
+// the data segments over the snapshot mapping; mapping it afresh, rather
+// than copying back what was written, keeps those pages out of every later
+// reset.
+func (s *guestState) start(values []uint64) error {
+	if err := s.mem.remap(); err != nil {
+		return err
+	}
+	s.setGlobals(values)
+	return nil
+}
+
+func (s *guestState) setGlobals(values []uint64) {
 	for i, g := range s.globals {
 		g.Set(values[i])
 	}
-	return nil
 }

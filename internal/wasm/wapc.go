@@ -161,7 +161,7 @@ func (w *Wapc) get(ctx context.Context) (*instance, error) {
 			return nil, errors.New("cannot grow a new instance's memory to the snapshot size")
 		}
 	}
-	if err := in.restore(w.globals); err != nil {
+	if err := in.start(w.globals); err != nil {
 		in.close(ctx)
 		return nil, err
 	}
