@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -15,9 +16,9 @@ import (
 
 // Linux keeps a snapshot in a memfd and maps it copy-on-write (MAP_PRIVATE)
 // at the start of every instance's memory reservation. Pages a call writes
-// become private anonymous copies; /proc/self/pagemap tells which, so a reset
-// copies back only those pages (bit 61 "file page or shared anon" is clear
-// for them). Untouched pages keep sharing the page cache, so N instances of a
+// become private anonymous copies; the page map tells which (PAGEMAP_SCAN
+// lists them; on kernels before 6.7, /proc/self/pagemap entries without bit
+// 61, "file page or shared anon"), so a reset copies back only those pages. Untouched pages keep sharing the page cache, so N instances of a
 // module cost little more memory than one.
 //
 // Pages copied back stay private, so a reset copies the union of the pages
@@ -41,7 +42,8 @@ type memSnapshot struct {
 type linearMemory struct {
 	region []byte
 	snap   *memSnapshot
-	pm     []byte // pagemap scratch, one entry per OS page of the snapshot
+	ranges []pageRange // scratch of privateRanges
+	pm     []byte      // scratch of readPageMap, one entry per OS page of the snapshot
 	// usual is the number of private pages the first reset after a fresh
 	// mapping found: about what one call writes. Zero before that reset.
 	usual int
@@ -77,9 +79,6 @@ func (m *linearMemory) mapSnapshot(snap *memSnapshot) error {
 		return fmt.Errorf("mapping memory snapshot: %w", errno)
 	}
 	m.snap = snap
-	if m.pm == nil {
-		m.pm = make([]byte, snap.size/osPageSize*8)
-	}
 	m.usual = 0
 	return nil
 }
@@ -150,12 +149,55 @@ func (s *memSnapshot) release() {
 	}
 }
 
-// Page map entry bits (Documentation/admin-guide/mm/pagemap.rst).
-const (
-	pmPresent  = 1 << 63
-	pmSwapped  = 1 << 62
-	pmFilePage = 1 << 61
-)
+// reset puts the snapshot's bytes back. The memory must not have grown.
+func (m *linearMemory) reset() error {
+	ranges, err := m.privateRanges()
+	if errors.Is(err, errNoPageMap) {
+		copy(m.region[:m.snap.size], m.snap.view)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	private := 0
+	for _, r := range ranges {
+		private += (r.end - r.start) / osPageSize
+	}
+	if m.usual > 0 && private > 2*m.usual+16 {
+		return m.remap()
+	}
+	if m.usual == 0 {
+		m.usual = max(private, 1)
+	}
+	for _, r := range ranges {
+		copy(m.region[r.start:r.end], m.snap.view[r.start:r.end])
+	}
+	return nil
+}
+
+// pageRange is a run of private pages, as byte offsets into the memory.
+type pageRange struct{ start, end int }
+
+var errNoPageMap = errors.New("/proc/self/pagemap cannot be read")
+
+// privateRanges returns the runs of the snapshot's pages that are the
+// process's own (written since the snapshot was mapped) rather than the page
+// cache's. The result is valid until the next call.
+func (m *linearMemory) privateRanges() ([]pageRange, error) {
+	pm := pagemap()
+	if pm == nil {
+		return nil, errNoPageMap
+	}
+	m.ranges = m.ranges[:0]
+	if pagemapScan.Load() {
+		ok, err := m.scanPageMap(pm)
+		if ok || err != nil {
+			return m.ranges, err
+		}
+		pagemapScan.Store(false)
+	}
+	return m.ranges, m.readPageMap(pm)
+}
 
 var pagemap = sync.OnceValue(func() *os.File {
 	f, err := os.Open("/proc/self/pagemap")
@@ -165,54 +207,92 @@ var pagemap = sync.OnceValue(func() *os.File {
 	return f
 })
 
-// reset puts the snapshot's bytes back. The memory must not have grown.
-func (m *linearMemory) reset() error {
-	private, err := m.readPageMap()
-	if errors.Is(err, errNoPageMap) {
-		copy(m.region[:m.snap.size], m.snap.view)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if m.usual > 0 && private > 2*m.usual+16 {
-		return m.remap()
-	}
-	if m.usual == 0 {
-		m.usual = max(private, 1)
-	}
-	for i := 0; i < len(m.pm); i += 8 {
-		if privatePage(binary.LittleEndian.Uint64(m.pm[i:])) {
-			off := i / 8 * osPageSize
-			copy(m.region[off:off+osPageSize], m.snap.view[off:off+osPageSize])
-		}
-	}
-	return nil
+// pagemapScan is whether the kernel has the PAGEMAP_SCAN ioctl (Linux 6.7):
+// cleared on the first call that finds it missing.
+var pagemapScan = func() *atomic.Bool {
+	var b atomic.Bool
+	b.Store(true)
+	return &b
+}()
+
+// PAGEMAP_SCAN (include/uapi/linux/fs.h, Documentation/admin-guide/mm/pagemap.rst).
+const (
+	ioctlPagemapScan = 0xc0606610 // _IOWR('f', 16, struct pm_scan_arg)
+	pageIsFile       = 1 << 2
+	pageIsPresent    = 1 << 3
+	pageIsSwapped    = 1 << 4
+)
+
+// pmScanArg is struct pm_scan_arg.
+type pmScanArg struct {
+	size, flags, start, end, walkEnd, vec, vecLen, maxPages       uint64
+	categoryInverted, categoryMask, categoryAnyofMask, returnMask uint64
 }
 
-var errNoPageMap = errors.New("/proc/self/pagemap cannot be read")
+// pageRegion is struct page_region.
+type pageRegion struct{ start, end, categories uint64 }
 
-// readPageMap reads the page map entries of the snapshot's pages into m.pm
-// and counts the private ones.
-func (m *linearMemory) readPageMap() (private int, err error) {
-	pm := pagemap()
-	if pm == nil {
-		return 0, errNoPageMap
+// scanPageMap asks the kernel for the runs of private pages: those not
+// file-backed and either present or swapped out. ok is false when the
+// kernel does not know the ioctl.
+func (m *linearMemory) scanPageMap(pm *os.File) (ok bool, err error) {
+	base := uint64(uintptr(unsafe.Pointer(&m.region[0])))
+	var out [32]pageRegion
+	arg := pmScanArg{
+		size:              uint64(unsafe.Sizeof(pmScanArg{})),
+		start:             base,
+		end:               base + uint64(m.snap.size),
+		vec:               uint64(uintptr(unsafe.Pointer(&out[0]))),
+		vecLen:            uint64(len(out)),
+		categoryInverted:  pageIsFile,
+		categoryMask:      pageIsFile,
+		categoryAnyofMask: pageIsPresent | pageIsSwapped,
+		returnMask:        pageIsPresent | pageIsSwapped,
+	}
+	for arg.start < arg.end {
+		n, _, errno := unix.Syscall(unix.SYS_IOCTL, pm.Fd(), ioctlPagemapScan, uintptr(unsafe.Pointer(&arg)))
+		if errno == unix.ENOTTY || errno == unix.EINVAL && len(m.ranges) == 0 {
+			return false, nil
+		}
+		if errno != 0 {
+			return false, fmt.Errorf("scanning page map: %w", errno)
+		}
+		for _, r := range out[:n] {
+			m.ranges = append(m.ranges, pageRange{int(r.start - base), int(r.end - base)})
+		}
+		arg.start = arg.walkEnd
+	}
+	return true, nil
+}
+
+// Page map entry bits (Documentation/admin-guide/mm/pagemap.rst).
+const (
+	pmPresent  = 1 << 63
+	pmSwapped  = 1 << 62
+	pmFilePage = 1 << 61
+)
+
+// readPageMap reads the page map entries of the snapshot's pages, one 64-bit
+// word per page, for kernels without PAGEMAP_SCAN.
+func (m *linearMemory) readPageMap(pm *os.File) error {
+	if m.pm == nil {
+		m.pm = make([]byte, m.snap.size/osPageSize*8)
 	}
 	base := uintptr(unsafe.Pointer(&m.region[0])) / osPageSize * 8
 	if _, err := pm.ReadAt(m.pm, int64(base)); err != nil {
-		return 0, fmt.Errorf("reading page map: %w", err)
+		return fmt.Errorf("reading page map: %w", err)
 	}
 	for i := 0; i < len(m.pm); i += 8 {
-		if privatePage(binary.LittleEndian.Uint64(m.pm[i:])) {
-			private++
+		e := binary.LittleEndian.Uint64(m.pm[i:])
+		if e&pmSwapped == 0 && (e&pmPresent == 0 || e&pmFilePage != 0) {
+			continue
+		}
+		off := i / 8 * osPageSize
+		if n := len(m.ranges); n > 0 && m.ranges[n-1].end == off {
+			m.ranges[n-1].end += osPageSize
+		} else {
+			m.ranges = append(m.ranges, pageRange{off, off + osPageSize})
 		}
 	}
-	return private, nil
-}
-
-// privatePage reports whether a page map entry is a page of the process's
-// own (written since the snapshot was mapped) rather than the page cache's.
-func privatePage(e uint64) bool {
-	return e&pmSwapped != 0 || (e&pmPresent != 0 && e&pmFilePage == 0)
+	return nil
 }
