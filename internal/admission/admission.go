@@ -60,8 +60,8 @@ type reviewIn struct {
 }
 
 // DecodeReview decodes an AdmissionReview body, with encoding/json's
-// meaning and errors. The raw fields of the Request share body's memory:
-// body must not change while the Request is in use.
+// meaning and errors. The raw fields and the strings of the Request share
+// body's memory: body must not change while the Request is in use.
 func DecodeReview(body []byte) (*Request, error) {
 	if r, ok := decodeReviewFast(body); ok {
 		return r, nil

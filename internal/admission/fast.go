@@ -3,6 +3,7 @@ package admission
 import (
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/wardenhq/warden/internal/jsontape"
 )
@@ -32,8 +33,13 @@ var (
 // decodeReviewFast decodes body when it is a review the fast decoder takes.
 func decodeReviewFast(body []byte) (*Request, bool) {
 	t := tapes.Get().(*jsontape.Tape)
-	defer tapes.Put(t)
-	if !t.Parse(string(body)) || !typedObject(t, 0, reviewFields) {
+	defer func() {
+		t.Text = "" // the pool must not keep body alive
+		tapes.Put(t)
+	}()
+	// The Request's strings are slices of the text, so they share body's
+	// memory like its raw fields: DecodeReview's callers leave body alone.
+	if !t.Parse(unsafe.String(unsafe.SliceData(body), len(body))) || !typedObject(t, 0, reviewFields) {
 		return nil, false
 	}
 	req := t.Member(0, "request")

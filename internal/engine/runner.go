@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/wardenhq/warden/internal/wasm"
 )
@@ -32,7 +33,11 @@ type evalInput struct {
 // validationRequest is the ValidationRequest handed to waPC and WASI
 // policies: {"request": <request as received>, "settings": <settings>}.
 func (in evalInput) validationRequest() []byte {
-	b := make([]byte, 0, len(in.request)+len(in.settings)+26)
+	size := len(`{"request":,"settings":}`) + len(in.request) + len(in.settings)
+	return in.appendValidationRequest(make([]byte, 0, size))
+}
+
+func (in evalInput) appendValidationRequest(b []byte) []byte {
 	b = append(b, `{"request":`...)
 	b = append(b, in.request...)
 	b = append(b, `,"settings":`...)
@@ -40,11 +45,24 @@ func (in evalInput) validationRequest() []byte {
 	return append(b, '}')
 }
 
+// requestBuffers holds ValidationRequest buffers for waPC calls, which copy
+// the payload into the guest and keep nothing of it.
+var requestBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxPooledRequest is the largest buffer requestBuffers keeps: a rare large
+// request should not pin its buffer.
+const maxPooledRequest = 64 << 10
+
 // wapcRunner runs kubewarden-wapc modules (compat 1).
 type wapcRunner struct{ w *wasm.Wapc }
 
 func (r wapcRunner) validate(ctx context.Context, host wasm.HostCaller, in evalInput) (*validationResponse, error) {
-	out, err := r.w.Call(ctx, host, "validate", in.validationRequest())
+	buf := requestBuffers.Get().(*[]byte)
+	*buf = in.appendValidationRequest((*buf)[:0])
+	out, err := r.w.Call(ctx, host, "validate", *buf)
+	if cap(*buf) <= maxPooledRequest {
+		requestBuffers.Put(buf)
+	}
 	if err != nil {
 		return nil, err
 	}
