@@ -55,6 +55,16 @@ stop_server() {
   wait "$server" 2>/dev/null || true
 }
 
+start_floor() {
+  "$work/floorserver" -addr 127.0.0.1:3100 -cert-file "$work/tls.crt" -key-file "$work/tls.key" &
+  floor=$!; pids+=("$floor")
+  sleep 0.5
+}
+
+stop_floor() {
+  kill "$floor"; wait "$floor" 2>/dev/null || true
+}
+
 load() { # label url extra-loadtest-flags...
   local label=$1 url=$2; shift 2
   echo "-- $label"
@@ -64,12 +74,10 @@ load() { # label url extra-loadtest-flags...
 
 if [[ $what == all || $what == load ]]; then
   echo "== floor: trivial Go HTTPS webhook (decode and allow)"
-  "$work/floorserver" -addr 127.0.0.1:3100 -cert-file "$work/tls.crt" -key-file "$work/tls.key" &
-  floor=$!; pids+=("$floor")
-  sleep 0.5
+  start_floor
   load "floor, 20 clients" https://127.0.0.1:3100/validate/x -c 20
   load "floor, 1000 req/s" https://127.0.0.1:3100/validate/x -rate 1000
-  kill "$floor"; wait "$floor" 2>/dev/null || true
+  stop_floor
 
   printf 'labels:\n  module: file://%s\n  settings: {denied_labels: [forbidden]}\nwasi-log:\n  module: file://%s\n' \
     "$labels" "$wasilog" > "$work/policies.yml"
@@ -105,6 +113,12 @@ YAML
   echo "== Warden: policy group of 3 native CEL members"
   load "group, 20 clients" https://127.0.0.1:3000/validate/group -c 20
   stop_server
+  # The machine is shared: measuring the floor again shows how far it moved
+  # during the run. Compare each target with the higher of the two.
+  echo "== floor again, after the Warden runs"
+  start_floor
+  load "floor again, 20 clients" https://127.0.0.1:3100/validate/x -c 20
+  stop_floor
 fi
 
 startup() { # label policies.yml
