@@ -2,10 +2,8 @@ package wardenctl
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/asn1"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/wardenhq/warden/internal/engine"
 	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/pki"
 	"github.com/wardenhq/warden/internal/policyfetch"
 	"github.com/wardenhq/warden/internal/verify"
 )
@@ -508,22 +507,9 @@ var (
 // signing certificate, its subject, identities (e-mail addresses, URIs),
 // OIDC issuer (Fulcio), issuer and validity; for a chain, each subject.
 func describeCertificates(pemText string, chain bool) string {
-	var certs []*x509.Certificate
-	rest := []byte(pemText)
-	for {
-		var block *pem.Block
-		block, rest = pem.Decode(rest)
-		if block == nil {
-			break
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			return "unreadable: " + err.Error()
-		}
-		certs = append(certs, c)
-	}
-	if len(certs) == 0 {
-		return "unreadable: no PEM certificate"
+	certs, err := pki.ParseCertificates([]byte(pemText))
+	if err != nil {
+		return "unreadable: " + err.Error()
 	}
 	if chain {
 		subjects := make([]string, len(certs))

@@ -258,7 +258,7 @@ func TestDescribeCertificates(t *testing.T) {
 	}{
 		{name: "no identity", pem: string(signer.CertPEM), want: `^subject "CN=policy signer", issued by "CN=code signing ca", valid \S+ to \S+$`},
 		{name: "chain of two", pem: string(signer.CAPEM) + string(signer.CertPEM), chain: true, want: `^2 certificates: "CN=code signing ca", "CN=policy signer"$`},
-		{name: "not PEM", pem: "garbage", want: `^unreadable: no PEM certificate$`},
+		{name: "not PEM", pem: "garbage", want: `^unreadable: no PEM CERTIFICATE block$`},
 		{name: "bad DER", pem: "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", want: `^unreadable: `},
 	}
 	for _, tc := range tests {
