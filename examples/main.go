@@ -30,6 +30,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -65,8 +66,13 @@ type layout struct {
 	Modules string
 	// TLS receives ca.pem, tls.crt and tls.key.
 	TLS string
-	// Policies is the policies.yml the server loads.
+	// Policies is the example policies.yml, with module URLs relative to
+	// the repository root (file://examples/build/<name>.wasm).
 	Policies string
+	// Resolved receives Policies with those URLs made absolute, which the
+	// server loads: a file URI must hold an absolute path, as in
+	// Kubewarden.
+	Resolved string
 	// Requests holds the example AdmissionReviews.
 	Requests string
 }
@@ -77,6 +83,7 @@ var defaultLayout = layout{
 	Modules:       filepath.Join("examples", "build"),
 	TLS:           filepath.Join("examples", "build", "tls"),
 	Policies:      filepath.Join("examples", "policies.yml"),
+	Resolved:      filepath.Join("examples", "build", "policies.yml"),
 	Requests:      filepath.Join("examples", "requests"),
 }
 
@@ -91,7 +98,7 @@ const (
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	l := defaultLayout
 	tlsFiles := l.tlsFiles()
-	srvArgs := serverArgs(l.Policies, tlsFiles, args[1:])
+	srvArgs := serverArgs(l.Resolved, tlsFiles, args[1:])
 	opts, code, ok := parseServerArgs(srvArgs, stdout, stderr, os.Getenv)
 	if !ok {
 		return code
@@ -127,8 +134,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "Wrote a throwaway CA and serving certificate into %s\n", displayDir(wd, root, l.TLS))
 
-	text := instructions(opts.Options, l, func(p string) string { return displayPath(wd, root, p) })
-	fmt.Fprintf(stdout, "Starting the policy server with %s...\n", displayPath(wd, root, opts.PoliciesPath))
+	policies := opts.PoliciesPath
+	if policies == l.Resolved { // not overridden by --policies
+		if _, err := resolvePolicies(l); err != nil {
+			return failed(ctx, stderr, err)
+		}
+		policies = l.Policies
+	}
+	shown := opts.Options
+	shown.PoliciesPath = policies
+	text := instructions(shown, l, func(p string) string { return displayPath(wd, root, p) })
+	fmt.Fprintf(stdout, "Starting the policy server with %s...\n", displayPath(wd, root, policies))
 
 	annCtx, cancel := context.WithCancel(ctx)
 	announced := make(chan struct{})
@@ -140,6 +156,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cancel()
 	<-announced
 	return code
+}
+
+// resolvePolicies writes l.Resolved: l.Policies with its module URLs under
+// file://examples/build/ pointing into l.Modules by absolute path. It
+// returns how many it rewrote.
+func resolvePolicies(l layout) (int, error) {
+	doc, err := os.ReadFile(l.Policies)
+	if err != nil {
+		return 0, err
+	}
+	modules, err := filepath.Abs(l.Modules)
+	if err != nil {
+		return 0, err
+	}
+	prefix := []byte("file://" + filepath.ToSlash(defaultLayout.Modules) + "/")
+	n := bytes.Count(doc, prefix)
+	doc = bytes.ReplaceAll(doc, prefix, []byte("file://"+filepath.ToSlash(modules)+"/"))
+	if err := os.MkdirAll(filepath.Dir(l.Resolved), 0o755); err != nil {
+		return 0, err
+	}
+	return n, os.WriteFile(l.Resolved, doc, 0o644)
 }
 
 // failed reports err and returns the exit code: 130 without a message when

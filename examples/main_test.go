@@ -51,26 +51,28 @@ func testLayout(t *testing.T) layout {
 		PolicySources: filepath.Join(root, defaultLayout.PolicySources),
 		Modules:       filepath.Join(tmp, "build"),
 		TLS:           filepath.Join(tmp, "build", "tls"),
-		Policies:      filepath.Join(tmp, "policies.yml"),
+		Policies:      filepath.Join(root, defaultLayout.Policies),
+		Resolved:      filepath.Join(tmp, "policies.yml"),
 		Requests:      filepath.Join(root, defaultLayout.Requests),
 	}
 }
 
-// writePolicies writes examples/policies.yml, with its module URLs pointing
-// at l.Modules, followed by extra, to l.Policies.
+// writePolicies writes l.Resolved as run does, followed by extra.
 func writePolicies(t *testing.T, l layout, extra string) {
 	t.Helper()
-	doc, err := os.ReadFile(filepath.Join(testRoot(t), defaultLayout.Policies))
+	n, err := resolvePolicies(l)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const prefix = "file://examples/build/"
-	if n := bytes.Count(doc, []byte(prefix)); n != 6 {
-		t.Fatalf("policies.yml has %d module URLs starting with %s, want 6", n, prefix)
+	if n != 6 {
+		t.Fatalf("resolved %d module URLs of %s, want 6", n, l.Policies)
 	}
-	doc = bytes.ReplaceAll(doc, []byte(prefix), []byte("file://"+filepath.ToSlash(l.Modules)+"/"))
-	doc = append(doc, strings.ReplaceAll(extra, "{modules}", "file://"+filepath.ToSlash(l.Modules))...)
-	if err := os.WriteFile(l.Policies, doc, 0o644); err != nil {
+	f, err := os.OpenFile(l.Resolved, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(strings.ReplaceAll(extra, "{modules}", "file://"+filepath.ToSlash(l.Modules))); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -80,7 +82,7 @@ func writePolicies(t *testing.T, l layout, extra string) {
 // system and without the compiled-module cache.
 func newServer(t *testing.T, l layout, logs io.Writer) (*policyserver.Server, error) {
 	t.Helper()
-	args := serverArgs(l.Policies, l.tlsFiles(), []string{"--", "--port", "0", "--readiness-probe-port", "0", "--workers", "2", "--cache-dir="})
+	args := serverArgs(l.Resolved, l.tlsFiles(), []string{"--", "--port", "0", "--readiness-probe-port", "0", "--workers", "2", "--cache-dir="})
 	var stderr bytes.Buffer
 	opts, code, ok := parseServerArgs(args, io.Discard, &stderr, func(string) string { return "" })
 	if !ok {
@@ -292,7 +294,7 @@ func TestTeamSettings(t *testing.T) {
 		t.Run(tt.settings, func(t *testing.T) {
 			doc := fmt.Sprintf("team:\n  module: file://%s/default-team-label.wasm\n  allowedToMutate: true\n  settings: %s\n",
 				filepath.ToSlash(l.Modules), tt.settings)
-			if err := os.WriteFile(l.Policies, []byte(doc), 0o644); err != nil {
+			if err := os.WriteFile(l.Resolved, []byte(doc), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			srv, err := newServer(t, l, io.Discard)
@@ -322,7 +324,7 @@ func TestParseServerArgs(t *testing.T) {
 		check      func(policyserver.Options) string
 	}{
 		{name: "defaults", wantOK: true, check: func(o policyserver.Options) string {
-			if o.Addr != "127.0.0.1" || o.Port != 3000 || o.ReadinessProbePort != 8081 || o.PoliciesPath != l.Policies ||
+			if o.Addr != "127.0.0.1" || o.Port != 3000 || o.ReadinessProbePort != 8081 || o.PoliciesPath != l.Resolved ||
 				o.CertFile != l.tlsFiles().Cert || o.KeyFile != l.tlsFiles().Key {
 				return fmt.Sprintf("%+v", o)
 			}
@@ -357,7 +359,7 @@ func TestParseServerArgs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			args := serverArgs(l.Policies, l.tlsFiles(), tt.args)
+			args := serverArgs(l.Resolved, l.tlsFiles(), tt.args)
 			opts, code, ok := parseServerArgs(args, &stdout, &stderr, func(k string) string { return tt.env[k] })
 			if ok != tt.wantOK || code != tt.wantCode {
 				t.Fatalf("parseServerArgs = exit %d, ok %v; want %d, %v (stderr %s)", code, ok, tt.wantCode, tt.wantOK, stderr.String())
