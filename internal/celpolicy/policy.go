@@ -209,8 +209,10 @@ func (c *compiler) compile(path, expr string, want *types.Type) (program, *cel.A
 // in order, the first that is false rejects. A request that does not decode
 // as cel-policy's AdmissionRequest is rejected with 400, as cel-policy does.
 // An error is an evaluation that failed, with cel-policy's message; it wraps
-// ErrCostLimit, or ctx's error when ctx ended the evaluation. Validate is
-// safe for concurrent use.
+// ErrCostLimit, or ctx's error when ctx ended the evaluation. The request is
+// read in place, and the Result's strings may share its memory: it must not
+// change while Validate runs or the Result is in use. Validate is safe for
+// concurrent use.
 func (p *Policy) Validate(ctx context.Context, request json.RawMessage) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err

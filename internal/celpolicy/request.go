@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unsafe"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -49,9 +50,9 @@ func (in *input) namespaceObject() ref.Val {
 // rejection is cel-policy's answer to a request that does not decode; an
 // error is an evaluation that failed. The fast path takes every well-formed
 // AdmissionRequest; anything unusual goes through encoding/json exactly as
-// cel-policy does.
+// cel-policy does. The tape reads raw in place: the values share its memory.
 func (in *input) decode(doc *document, raw, settings json.RawMessage) (*Result, error) {
-	if doc.parse(string(raw)) && in.fast(doc) {
+	if doc.parse(unsafe.String(unsafe.SliceData(raw), len(raw))) && in.fast(doc) {
 		return nil, nil
 	}
 	return in.slow(raw, settings)
