@@ -29,28 +29,41 @@ func TestSnapshotResetKeepsFewPrivatePages(t *testing.T) {
 	}
 }
 
-func testSnapshotReset(t *testing.T) {
-	const size = 64 * osPageSize
-	origin, err := newLinearMemory(size, nil)
+// newTestSnapshot returns a snapshot of size bytes whose page p holds byte(p),
+// and its bytes; tb's cleanup releases it.
+func newTestSnapshot(tb testing.TB, size int) (*memSnapshot, []byte) {
+	tb.Helper()
+	origin, err := newLinearMemory(uint64(size), nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer origin.Free()
+	tb.Cleanup(origin.Free)
 	for i := range size {
 		origin.region[i] = byte(i / osPageSize)
 	}
 	snap, err := takeSnapshot(origin, size)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer snap.release()
+	tb.Cleanup(snap.release)
+	return snap, append([]byte(nil), origin.region[:size]...)
+}
 
-	m, err := newLinearMemory(size, snap)
+// newTestMemory returns a memory mapped from snap; tb's cleanup frees it.
+func newTestMemory(tb testing.TB, snap *memSnapshot) *linearMemory {
+	tb.Helper()
+	m, err := newLinearMemory(uint64(snap.size), snap)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer m.Free()
-	want := append([]byte(nil), origin.region[:size]...)
+	tb.Cleanup(m.Free)
+	return m
+}
+
+func testSnapshotReset(t *testing.T) {
+	const size = 64 * osPageSize
+	snap, want := newTestSnapshot(t, size)
+	m := newTestMemory(t, snap)
 	write := func(pages ...int) {
 		for _, p := range pages {
 			m.region[p*osPageSize+7] = 0xff
@@ -105,26 +118,13 @@ func testSnapshotReset(t *testing.T) {
 // that policy's calls do, with each way of reading the page map.
 func BenchmarkSnapshotReset(b *testing.B) {
 	const size, written = 592 * osPageSize, 19
-	origin, err := newLinearMemory(size, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer origin.Free()
-	snap, err := takeSnapshot(origin, size)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer snap.release()
+	snap, _ := newTestSnapshot(b, size)
 	for _, scan := range []bool{true, false} {
 		name := map[bool]string{true: "PAGEMAP_SCAN", false: "pagemap read"}[scan]
 		b.Run(name, func(b *testing.B) {
 			defer pagemapScan.Store(pagemapScan.Load())
 			pagemapScan.Store(scan)
-			m, err := newLinearMemory(size, snap)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Free()
+			m := newTestMemory(b, snap)
 			var sum byte
 			for p := range size / osPageSize { // a guest reads its memory
 				sum += m.region[p*osPageSize]
