@@ -18,8 +18,9 @@ import (
 // at the start of every instance's memory reservation. Pages a call writes
 // become private anonymous copies; the page map tells which (PAGEMAP_SCAN
 // lists them; on kernels before 6.7, /proc/self/pagemap entries without bit
-// 61, "file page or shared anon"), so a reset copies back only those pages. Untouched pages keep sharing the page cache, so N instances of a
-// module cost little more memory than one.
+// 61, "file page or shared anon"), so a reset copies back only those pages.
+// Untouched pages keep sharing the page cache, so N instances of a module
+// cost little more memory than one.
 //
 // Pages copied back stay private, so a reset copies the union of the pages
 // calls wrote since the snapshot was last mapped: for a deterministic guest
@@ -189,12 +190,12 @@ func (m *linearMemory) privateRanges() ([]pageRange, error) {
 		return nil, errNoPageMap
 	}
 	m.ranges = m.ranges[:0]
-	if pagemapScan.Load() {
+	if !noPagemapScan.Load() {
 		ok, err := m.scanPageMap(pm)
 		if ok || err != nil {
 			return m.ranges, err
 		}
-		pagemapScan.Store(false)
+		noPagemapScan.Store(true)
 	}
 	return m.ranges, m.readPageMap(pm)
 }
@@ -207,13 +208,9 @@ var pagemap = sync.OnceValue(func() *os.File {
 	return f
 })
 
-// pagemapScan is whether the kernel has the PAGEMAP_SCAN ioctl (Linux 6.7):
-// cleared on the first call that finds it missing.
-var pagemapScan = func() *atomic.Bool {
-	var b atomic.Bool
-	b.Store(true)
-	return &b
-}()
+// noPagemapScan is set once a scan finds the kernel without the
+// PAGEMAP_SCAN ioctl (before Linux 6.7).
+var noPagemapScan atomic.Bool
 
 // PAGEMAP_SCAN (include/uapi/linux/fs.h, Documentation/admin-guide/mm/pagemap.rst).
 const (
@@ -251,7 +248,7 @@ func (m *linearMemory) scanPageMap(pm *os.File) (ok bool, err error) {
 	}
 	for arg.start < arg.end {
 		n, _, errno := unix.Syscall(unix.SYS_IOCTL, pm.Fd(), ioctlPagemapScan, uintptr(unsafe.Pointer(&arg)))
-		if errno == unix.ENOTTY || errno == unix.EINVAL && len(m.ranges) == 0 {
+		if errno == unix.ENOTTY || (errno == unix.EINVAL && len(m.ranges) == 0) {
 			return false, nil
 		}
 		if errno != 0 {
