@@ -69,7 +69,28 @@ load() { # label url extra-loadtest-flags...
   local label=$1 url=$2; shift 2
   echo "-- $label"
   "$work/loadtest" -url "$url" -body "$review" -cacert "$work/tls.crt" -d "$duration" \
-    -expect-body-contains '"allowed":true' "$@"
+    -expect-body-contains '"allowed":true' "$@" | tee "$work/out"
+  # Keep the closed-loop throughputs for the summary.
+  if [[ $label == *"20 clients" ]]; then
+    rps[${label%, 20 clients}]=$(awk '/^throughput/ {print $2}' "$work/out")
+  fi
+}
+
+declare -A rps
+
+# summary prints each target's share of the floor measured before it and of
+# the floor measured after it.
+summary() {
+  echo "== share of the floor (20 clients)"
+  local t
+  for t in waPC WASI CEL group; do
+    [[ -n ${rps[$t]:-} ]] || continue
+    awk -v t="$t" -v r="${rps[$t]}" -v f1="${rps[floor]}" -v f2="${rps["floor again"]:-0}" 'BEGIN {
+      printf "%-6s %9.1f req/s  %5.1f%% of the floor before", t, r, 100 * r / f1
+      if (f2 > 0) printf ", %5.1f%% of the floor after", 100 * r / f2
+      printf "\n"
+    }'
+  done
 }
 
 if [[ $what == all || $what == load ]]; then
@@ -119,6 +140,7 @@ YAML
   start_floor
   load "floor again, 20 clients" https://127.0.0.1:3100/validate/x -c 20
   stop_floor
+  summary
 fi
 
 startup() { # label policies.yml
