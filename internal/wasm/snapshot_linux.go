@@ -44,6 +44,7 @@ type linearMemory struct {
 	region []byte
 	snap   *memSnapshot
 	ranges []pageRange // scratch of privateRanges
+	scan   *pageScan   // scratch of scanPageMap
 	pm     []byte      // scratch of readPageMap, one entry per OS page of the snapshot
 	// usual is the number of private pages the first reset after a fresh
 	// mapping found: about what one call writes. Zero before that reset.
@@ -229,35 +230,48 @@ type pmScanArg struct {
 // pageRegion is struct page_region.
 type pageRegion struct{ start, end, categories uint64 }
 
+// pageScan is the argument and the output buffer of PAGEMAP_SCAN. The
+// argument holds the buffer's address as an integer, so both live on the
+// heap, where nothing moves them; on a goroutine stack, a stack growth
+// between filling the argument and the call would leave the kernel writing
+// into freed stack.
+type pageScan struct {
+	arg pmScanArg
+	out [32]pageRegion
+}
+
 // scanPageMap asks the kernel for the runs of private pages: those not
 // file-backed and either present or swapped out. ok is false when the
 // kernel does not know the ioctl.
 func (m *linearMemory) scanPageMap(pm *os.File) (ok bool, err error) {
+	if m.scan == nil {
+		m.scan = new(pageScan)
+	}
+	s := m.scan
 	base := uint64(uintptr(unsafe.Pointer(&m.region[0])))
-	var out [32]pageRegion
-	arg := pmScanArg{
+	s.arg = pmScanArg{
 		size:              uint64(unsafe.Sizeof(pmScanArg{})),
 		start:             base,
 		end:               base + uint64(m.snap.size),
-		vec:               uint64(uintptr(unsafe.Pointer(&out[0]))),
-		vecLen:            uint64(len(out)),
+		vec:               uint64(uintptr(unsafe.Pointer(&s.out[0]))),
+		vecLen:            uint64(len(s.out)),
 		categoryInverted:  pageIsFile,
 		categoryMask:      pageIsFile,
 		categoryAnyofMask: pageIsPresent | pageIsSwapped,
 		returnMask:        pageIsPresent | pageIsSwapped,
 	}
-	for arg.start < arg.end {
-		n, _, errno := unix.Syscall(unix.SYS_IOCTL, pm.Fd(), ioctlPagemapScan, uintptr(unsafe.Pointer(&arg)))
+	for s.arg.start < s.arg.end {
+		n, _, errno := unix.Syscall(unix.SYS_IOCTL, pm.Fd(), ioctlPagemapScan, uintptr(unsafe.Pointer(&s.arg)))
 		if errno == unix.ENOTTY || (errno == unix.EINVAL && len(m.ranges) == 0) {
 			return false, nil
 		}
 		if errno != 0 {
 			return false, fmt.Errorf("scanning page map: %w", errno)
 		}
-		for _, r := range out[:n] {
+		for _, r := range s.out[:n] {
 			m.ranges = append(m.ranges, pageRange{int(r.start - base), int(r.end - base)})
 		}
-		arg.start = arg.walkEnd
+		s.arg.start = s.arg.walkEnd
 	}
 	return true, nil
 }
