@@ -9,6 +9,8 @@ package admission
 import (
 	"encoding/json"
 	"errors"
+
+	"github.com/wardenhq/warden/internal/jsontape"
 )
 
 // APIVersion and Kind of the AdmissionReview Warden answers with.
@@ -37,6 +39,30 @@ type Request struct {
 	OldObject   json.RawMessage   `json:"oldObject,omitempty"`
 
 	Raw json.RawMessage `json:"-"`
+
+	// tape is the parse of the review, when the fast decoder read it, and
+	// node the request's node in it: see Parsed.
+	tape *jsontape.Tape
+	node int32
+}
+
+// Parsed returns the parse of the review the request was decoded from and
+// the request's node in it, for an evaluator that reads the request (nil
+// when the request was decoded otherwise). It is valid until Release and,
+// like any Tape, not safe for concurrent use.
+func (r *Request) Parsed() (*jsontape.Tape, int32) {
+	return r.tape, r.node
+}
+
+// Release gives the request's parse back for another review to reuse, once
+// nothing reads it any more. Without it the parse is left to the garbage
+// collector.
+func (r *Request) Release() {
+	if r.tape != nil {
+		r.tape.Text = "" // the pool must not keep the body alive
+		tapes.Put(r.tape)
+		r.tape = nil
+	}
 }
 
 // ResourceKind is the kind used for metrics: requestKind.kind, or "".

@@ -33,20 +33,20 @@ var (
 // decodeReviewFast decodes body when it is a review the fast decoder takes.
 func decodeReviewFast(body []byte) (*Request, bool) {
 	t := tapes.Get().(*jsontape.Tape)
-	defer func() {
-		t.Text = "" // the pool must not keep body alive
-		tapes.Put(t)
-	}()
 	// The Request's strings are slices of the text, so they share body's
 	// memory like its raw fields: DecodeReview's callers leave body alone.
+	// The Request keeps the tape (see Parsed).
+	r := &Request{tape: t}
 	if !t.Parse(unsafe.String(unsafe.SliceData(body), len(body))) || !typedObject(t, 0, reviewFields) {
+		r.Release()
 		return nil, false
 	}
 	req := t.Member(0, "request")
 	if req < 0 || t.Nodes[req].Kind != '{' || !typedObject(t, req, requestFields) {
+		r.Release()
 		return nil, false // no request, or null: encoding/json's error
 	}
-	r := &Request{Raw: raw(t, body, req)}
+	r.Raw, r.node = raw(t, body, req), req
 	end := t.Nodes[req].Next
 	for k := req + 1; k < end; k = t.Nodes[k+1].Next {
 		v := k + 1

@@ -14,6 +14,14 @@ func sameDecoding(t *testing.T, body []byte) {
 	if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
 		t.Fatalf("error: got %v, want %v", gotErr, wantErr)
 	}
+	if got != nil {
+		// The parse the fast decoder keeps must hold the request.
+		if tape, node := got.Parsed(); tape != nil && tape.Raw(node) != string(got.Raw) {
+			t.Errorf("the parse's request node holds %q, want the raw request", tape.Raw(node))
+		}
+		got.Release()
+		got.node = 0
+	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}

@@ -19,16 +19,35 @@ import (
 // of the text. Values belong to one evaluation and are not safe for
 // concurrent use.
 
-// document is a request's tape and the CEL values made from it.
+// document is a request's tape and the CEL values made from it. The tape
+// is its own, parsed from the request's text, or the caller's, which
+// parsed the text the request came in (the AdmissionReview).
 type document struct {
-	jsontape.Tape
-	vals []ref.Val // the objects and arrays read so far, by node
+	*jsontape.Tape
+	own  jsontape.Tape // the tape parse builds, its buffer reused
+	root int32         // the request's node
+	vals []ref.Val     // the objects and arrays read so far, by node
 }
 
 // parse builds the tape of text and forgets the values of the previous one.
 func (d *document) parse(text string) bool {
-	d.vals = d.vals[:0]
+	d.Tape, d.root, d.vals = &d.own, 0, d.vals[:0]
 	return d.Parse(text)
+}
+
+// use reads the request at node of t and forgets the values of the
+// previous one.
+func (d *document) use(t *jsontape.Tape, node int32) {
+	d.Tape, d.root, d.vals = t, node, d.vals[:0]
+}
+
+// release forgets the request, keeping the buffers (up to maxNodes nodes).
+func (d *document) release(maxNodes int) {
+	clear(d.vals)
+	d.Tape, d.own.Text = nil, ""
+	if cap(d.own.Nodes) > maxNodes || cap(d.vals) > maxNodes {
+		d.own.Nodes, d.vals = nil, nil
+	}
 }
 
 // value returns the value at node i. An object or array is made once, so

@@ -14,6 +14,8 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/interpreter"
 	"k8s.io/apiserver/pkg/cel/library"
+
+	"github.com/wardenhq/warden/internal/jsontape"
 )
 
 // ErrCostLimit is wrapped by the evaluation error of an expression that went
@@ -214,6 +216,19 @@ func (c *compiler) compile(path, expr string, want *types.Type) (program, *cel.A
 // change while Validate runs or the Result is in use. Validate is safe for
 // concurrent use.
 func (p *Policy) Validate(ctx context.Context, request json.RawMessage) (Result, error) {
+	return p.validate(ctx, request, nil, 0)
+}
+
+// ValidateParsed is Validate of the request at node of t, a parse of the
+// text the request is part of (the AdmissionReview it came in), which it
+// spares parsing again. t is read (and its key checks cached) during the
+// call only; the Result's strings may share t's text.
+func (p *Policy) ValidateParsed(ctx context.Context, t *jsontape.Tape, node int32) (Result, error) {
+	return p.validate(ctx, nil, t, node)
+}
+
+// validate evaluates the request at node of t, or request when t is nil.
+func (p *Policy) validate(ctx context.Context, request json.RawMessage, t *jsontape.Tape, node int32) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
@@ -223,7 +238,14 @@ func (p *Policy) Validate(ctx context.Context, request json.RawMessage) (Result,
 	}
 	defer p.release(a)
 	a.ctx, a.budget = ctx, p.costBudget
-	if rej, err := a.in.decode(&a.doc, request, p.settings); rej != nil || err != nil {
+	var rej *Result
+	var err error
+	if t != nil {
+		rej, err = a.in.decodeParsed(&a.doc, t, node, p.settings)
+	} else {
+		rej, err = a.in.decode(&a.doc, request, p.settings)
+	}
+	if rej != nil || err != nil {
 		if rej != nil {
 			return *rej, nil
 		}
@@ -266,12 +288,9 @@ const maxPooledNodes = 1 << 15
 
 // release drops what the evaluation read and pools the activation.
 func (p *Policy) release(a *activation) {
-	a.ctx, a.in, a.budgetErr, a.doc.Text = nil, input{}, nil, ""
-	clear(a.doc.vals)
+	a.ctx, a.in, a.budgetErr = nil, input{}, nil
+	a.doc.release(maxPooledNodes)
 	clear(a.vars)
-	if cap(a.doc.Nodes) > maxPooledNodes {
-		a.doc.Nodes, a.doc.vals = nil, nil
-	}
 	p.activations.Put(a)
 }
 

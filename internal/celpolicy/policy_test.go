@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/wardenhq/warden/internal/jsontape"
 )
 
 // admissionRequest is an AdmissionRequest for a Pod with the given object
@@ -272,15 +274,30 @@ func TestValidate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Compile: %v", err)
 			}
-			got, err := p.Validate(context.Background(), tt.request)
-			if tt.wantErr != "" {
-				if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
-					t.Fatalf("Validate = %+v, %v; want error %q", got, err, tt.wantErr)
+			// Each request is evaluated from its text, and from the parse
+			// of a review holding it, as the policy server hands it over.
+			// The review's own object is a decoy: only the request counts.
+			var review jsontape.Tape
+			parsed := review.Parse(`{"object":{"metadata":{"name":"decoy","labels":{}}},"request":` + string(tt.request) + `}`)
+			for _, from := range []string{"text", "parsed review"} {
+				var got Result
+				var err error
+				if from == "text" {
+					got, err = p.Validate(context.Background(), tt.request)
+				} else if parsed {
+					got, err = p.ValidateParsed(context.Background(), &review, review.Member(0, "request"))
+				} else {
+					continue // not JSON: the server's decoder refuses it first
 				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Fatalf("Validate = %+v, %v; want %+v", got, err, tt.want)
+				if tt.wantErr != "" {
+					if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
+						t.Fatalf("from the %s: Validate = %+v, %v; want error %q", from, got, err, tt.wantErr)
+					}
+					continue
+				}
+				if err != nil || got != tt.want {
+					t.Fatalf("from the %s: Validate = %+v, %v; want %+v", from, got, err, tt.want)
+				}
 			}
 		})
 	}

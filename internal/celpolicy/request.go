@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+
+	"github.com/wardenhq/warden/internal/jsontape"
 )
 
 // input holds the values of one request: lazy CEL values from the fast
@@ -58,6 +60,16 @@ func (in *input) decode(doc *document, raw, settings json.RawMessage) (*Result, 
 	return in.slow(raw, settings)
 }
 
+// decodeParsed is decode of the request at node of t, a parse of the text
+// the request is part of.
+func (in *input) decodeParsed(doc *document, t *jsontape.Tape, node int32, settings json.RawMessage) (*Result, error) {
+	doc.use(t, node)
+	if in.fast(doc) {
+		return nil, nil
+	}
+	return in.slow(json.RawMessage(t.Raw(node)), settings)
+}
+
 // JSON types of the fields of cel-policy's typed view of the request
 // (policy-sdk-go's protocol.KubernetesAdmissionRequest), by tape node kind:
 // null is always accepted, 0 accepts anything, 'b' a boolean, 's' a list of
@@ -84,18 +96,19 @@ var (
 // key differs from a field name only in case (encoding/json would match it),
 // object is an object or null, oldObject is absent, an object or null.
 func (in *input) fast(d *document) bool {
-	if d.Nodes[0].Kind != '{' || !d.Unique(0) || !d.typed(0, requestFields) {
+	r := d.root
+	if d.Nodes[r].Kind != '{' || !d.Unique(r) || !d.typed(r, requestFields) {
 		return false
 	}
-	object, ok := d.objectOrEmpty(d.Member(0, varObject), false)
+	object, ok := d.objectOrEmpty(d.Member(r, varObject), false)
 	if !ok {
 		return false
 	}
-	oldObject, ok := d.objectOrEmpty(d.Member(0, varOldObject), true)
+	oldObject, ok := d.objectOrEmpty(d.Member(r, varOldObject), true)
 	if !ok {
 		return false
 	}
-	in.request, in.object, in.oldObject = d.value(0), object, oldObject
+	in.request, in.object, in.oldObject = d.value(r), object, oldObject
 	return true
 }
 

@@ -34,7 +34,13 @@ func newCELRunner(settings json.RawMessage) (runner, error) {
 }
 
 func (r *celRunner) validate(ctx context.Context, _ wasm.HostCaller, in evalInput) (*validationResponse, error) {
-	res, err := r.policy.Validate(ctx, in.request)
+	var res celpolicy.Result
+	var err error
+	if in.tape != nil {
+		res, err = r.policy.ValidateParsed(ctx, in.tape, in.node)
+	} else {
+		res, err = r.policy.Validate(ctx, in.request)
+	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			// Answered as a wasm policy's timeout is.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/jsontape"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/observability"
 	"github.com/wardenhq/warden/internal/wasm"
@@ -108,7 +109,9 @@ func (e *Engine) Validate(ctx context.Context, policyID string, req *admission.R
 	if !req.HasObject() {
 		base = nil
 	}
-	return e.run(ctx, p, start, rec, call{uid: req.UID, request: req.Raw, base: base}, origin == OriginValidate), nil
+	tape, node := req.Parsed()
+	c := call{uid: req.UID, request: req.Raw, tape: tape, node: node, base: base}
+	return e.run(ctx, p, start, rec, c, origin == OriginValidate), nil
 }
 
 // ValidateRaw evaluates a raw request (compat 2.5): any JSON value, handed to
@@ -131,8 +134,11 @@ func (e *Engine) ValidateRaw(ctx context.Context, policyID string, raw json.RawM
 type call struct {
 	uid     string
 	request json.RawMessage // as received: an AdmissionRequest, or a raw request
-	base    json.RawMessage // what a mutation is diffed against; nil when there is no object
-	raw     bool
+	// tape, when set, is the parse of the review holding request, at node.
+	tape *jsontape.Tape
+	node int32
+	base json.RawMessage // what a mutation is diffed against; nil when there is no object
+	raw  bool
 }
 
 // run answers a request with policy p: its load error if it failed to load,
@@ -173,7 +179,7 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, c call) (*admission.Re
 	if p.timeout > 0 {
 		cctx, cancel = context.WithTimeout(ctx, p.timeout)
 	}
-	vr, err := p.run.validate(cctx, p.host, evalInput{request: c.request, settings: p.settings, raw: c.raw})
+	vr, err := p.run.validate(cctx, p.host, evalInput{request: c.request, tape: c.tape, node: c.node, settings: p.settings, raw: c.raw})
 	cancel()
 	release()
 	if err != nil {

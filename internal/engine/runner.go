@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/wardenhq/warden/internal/jsontape"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -25,7 +26,11 @@ type runner interface {
 type evalInput struct {
 	// request is the AdmissionRequest as received, or any JSON value for a
 	// raw request.
-	request  json.RawMessage
+	request json.RawMessage
+	// tape, when set, is a parse of the text holding request, at node:
+	// a runner that reads the request can use it instead of parsing it.
+	tape     *jsontape.Tape
+	node     int32
 	settings json.RawMessage
 	raw      bool
 }

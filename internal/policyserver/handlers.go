@@ -111,6 +111,7 @@ func (s *Server) handleReview(origin engine.Origin) http.HandlerFunc {
 			decodeError(w, err)
 			return
 		}
+		defer req.Release()
 		id := r.PathValue("id")
 		// As in Kubewarden, a request whose body does not decode has no span.
 		ctx, span := s.tracing.Start(r.Context(), spanName, id)
