@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -578,5 +579,76 @@ func TestDialHost(t *testing.T) {
 				t.Errorf("dialHost(%q) = %q, want %q", tt.addr, got, tt.want)
 			}
 		})
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestRun runs the command as `go run ./examples` does, the README's first
+// command, on free ports: it must build the policies, start the server,
+// announce it, and answer the announced curl command's request.
+func TestRun(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chdir(wd) }) // run changes to the repository root
+	port, readiness := freePort(t), freePort(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stdout, stderr := &logtest.Buffer{}, &logtest.Buffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"examples", "--", "--port", fmt.Sprint(port),
+			"--readiness-probe-port", fmt.Sprint(readiness), "--cache-dir=", "--log-level", "warn"}, stdout, stderr)
+	}()
+	giveUp := time.After(2 * time.Minute) // a hang, not a slow start
+	for !strings.Contains(stdout.String(), "Warden's policy server is serving ") {
+		select {
+		case code := <-done:
+			t.Fatalf("run exited with %d before announcing the server:\n%s\n%s", code, stdout, stderr)
+		case <-giveUp:
+			t.Fatalf("the server was not announced:\n%s\n%s", stdout, stderr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	root := testRoot(t)
+	ca, err := os.ReadFile(filepath.Join(root, defaultLayout.TLS, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	body, err := os.ReadFile(filepath.Join(root, defaultLayout.Requests, "privileged-pod.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Post(fmt.Sprintf("https://127.0.0.1:%d/validate/pod-privileged", port), "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var review struct{ Response admission.Response }
+	if err := json.NewDecoder(resp.Body).Decode(&review); err != nil {
+		t.Fatal(err)
+	}
+	if review.Response.Allowed || review.Response.Status == nil || review.Response.Status.Message != "Privileged container is not allowed" {
+		t.Errorf("privileged pod: %+v", review.Response)
+	}
+
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("run exited with %d after Ctrl-C:\n%s", code, stderr)
 	}
 }
