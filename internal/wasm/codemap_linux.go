@@ -5,8 +5,10 @@ package wasm
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +30,19 @@ import (
 // other wazero mapping from appearing at the same time), and replaced in
 // place with MAP_FIXED by a private mapping of a file holding the same
 // bytes. Nothing changes for wazero, which unmaps it as before.
+//
+// Telling the new mappings apart takes care. wazero unmaps code from
+// finalizers, which run when the garbage collector says, outside codeMu;
+// the kernel reuses the addresses so freed, merges adjacent anonymous
+// mappings, and splits one when part of it is unmapped. So neither the
+// addresses of a mapping nor those of its pages say whether it is new.
+// Before a compilation every anonymous executable mapping is marked with
+// MADV_NOHUGEPAGE (smaps lists it as "nh"; machine code has no use for
+// huge pages): what is unmarked after it is the new module's, which its
+// caller holds, and a marked mapping never merges with an unmarked one.
+// A kernel without transparent huge pages refuses the mark. Then the new
+// code is the pages that were not executable before, and code mapped where
+// a finalizer just freed some stays anonymous: resident, but correct.
 
 // codeRegion is an address range of /proc/self/maps.
 type codeRegion struct{ start, end uintptr }
@@ -42,43 +57,107 @@ func (r codeRegion) madvise(advice int) error {
 	return nil
 }
 
-// anonExecRegions returns the anonymous executable mappings of the process.
-func anonExecRegions() (map[codeRegion]bool, error) {
-	maps, err := os.ReadFile("/proc/self/maps")
+// execMapping is an anonymous executable mapping of the process.
+type execMapping struct {
+	codeRegion
+	marked bool // MADV_NOHUGEPAGE: there before the compilation
+}
+
+// anonExecMappings returns the anonymous executable mappings of the
+// process, in address order.
+func anonExecMappings() ([]execMapping, error) {
+	smaps, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		return nil, err
 	}
-	regions := map[codeRegion]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(maps))
+	var mappings []execMapping
+	anon := false // the mapping being read is one
+	sc := bufio.NewScanner(bytes.NewReader(smaps))
 	for sc.Scan() {
-		// start-end perms offset dev inode [path]; anonymous: no path.
-		f := bytes.Fields(sc.Bytes())
-		if len(f) != 5 || string(f[1]) != "r-xp" || string(f[4]) != "0" {
+		line := sc.Bytes()
+		if flags, ok := bytes.CutPrefix(line, []byte("VmFlags:")); ok {
+			if anon {
+				mappings[len(mappings)-1].marked = slices.ContainsFunc(bytes.Fields(flags), func(f []byte) bool { return string(f) == "nh" })
+			}
+			anon = false
 			continue
 		}
-		start, end, ok := bytes.Cut(f[0], []byte("-"))
-		if !ok {
+		// A mapping starts with "start-end perms offset dev inode [path]",
+		// without a path if anonymous; the lines of figures have fewer
+		// fields.
+		f := bytes.Fields(line)
+		if len(f) < 5 {
 			continue
 		}
+		anon = len(f) == 5 && string(f[1]) == "r-xp" && string(f[4]) == "0"
+		if !anon {
+			continue
+		}
+		start, end, _ := bytes.Cut(f[0], []byte("-"))
 		s, err1 := strconv.ParseUint(string(start), 16, 64)
 		e, err2 := strconv.ParseUint(string(end), 16, 64)
-		if err1 == nil && err2 == nil {
-			regions[codeRegion{uintptr(s), uintptr(e)}] = true
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("reading /proc/self/smaps: bad mapping %q", f[0])
+		}
+		mappings = append(mappings, execMapping{codeRegion: codeRegion{uintptr(s), uintptr(e)}})
+	}
+	return mappings, sc.Err()
+}
+
+func regionsOf(mappings []execMapping) []codeRegion {
+	out := make([]codeRegion, len(mappings))
+	for i, m := range mappings {
+		out[i] = m.codeRegion
+	}
+	return out
+}
+
+// newPages returns the parts of the regions in now that lie outside every
+// region of before. Both are in address order and without overlaps, as
+// /proc/self/maps lists them.
+func newPages(now, before []codeRegion) []codeRegion {
+	var out []codeRegion
+	for _, r := range now {
+		start := r.start
+		for _, b := range before {
+			if b.end <= start || b.start >= r.end {
+				continue
+			}
+			if b.start > start {
+				out = append(out, codeRegion{start, b.start})
+			}
+			start = max(start, b.end)
+		}
+		if start < r.end {
+			out = append(out, codeRegion{start, r.end})
 		}
 	}
-	return regions, sc.Err()
+	return out
 }
 
 // codeMapper moves the code of one compilation into files. Calls must hold
 // codeMu from before the compilation to after moved.
 type codeMapper struct {
-	before map[codeRegion]bool
+	before []codeRegion // the anonymous executable mappings
+	marked bool         // all of them carry the mark
 	err    error
 }
 
 func newCodeMapper() *codeMapper {
-	before, err := anonExecRegions()
-	return &codeMapper{before: before, err: err}
+	mappings, err := anonExecMappings()
+	c := &codeMapper{before: regionsOf(mappings), marked: true, err: err}
+	for _, m := range mappings {
+		if m.marked {
+			continue
+		}
+		// ENOMEM: a finalizer unmapped some of it since it was read, and
+		// what is left is marked. Anything else (EINVAL: a kernel without
+		// transparent huge pages) leaves comparing pages.
+		if err := m.madvise(unix.MADV_NOHUGEPAGE); err != nil && !errors.Is(err, unix.ENOMEM) {
+			c.marked = false
+		}
+	}
+	return c
 }
 
 // moved maps the code that appeared since newCodeMapper from unlinked files
@@ -88,15 +167,22 @@ func (c *codeMapper) moved(dir string) ([]codeRegion, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
-	now, err := anonExecRegions()
+	now, err := anonExecMappings()
 	if err != nil {
 		return nil, err
 	}
-	var moved []codeRegion
-	for r := range now {
-		if c.before[r] {
-			continue
+	var fresh []codeRegion
+	if c.marked {
+		for _, m := range now {
+			if !m.marked {
+				fresh = append(fresh, m.codeRegion)
+			}
 		}
+	} else {
+		fresh = newPages(regionsOf(now), c.before)
+	}
+	var moved []codeRegion
+	for _, r := range fresh {
 		if err := fileBackRegion(dir, r); err != nil {
 			return moved, err
 		}

@@ -49,14 +49,28 @@ func smaps(t *testing.T) map[string]mapping {
 	return out
 }
 
-func anonExec(maps map[string]mapping) map[string]bool {
-	out := map[string]bool{}
+// anonExecPages returns the addresses of the pages of anonymous executable
+// memory. Pages, not mappings: the kernel merges adjacent mappings and
+// splits them when part is unmapped (wazero unmaps code from finalizers), so
+// a mapping may be new while none of its pages is.
+func anonExecPages(t *testing.T, maps map[string]mapping) map[uint64]bool {
+	t.Helper()
+	pages := map[uint64]bool{}
 	for addr, m := range maps {
-		if m.perms == "r-xp" && m.path == "" {
-			out[addr] = true
+		if m.perms != "r-xp" || m.path != "" {
+			continue
+		}
+		start, end, _ := strings.Cut(addr, "-")
+		s, err1 := strconv.ParseUint(start, 16, 64)
+		e, err2 := strconv.ParseUint(end, 16, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("bad mapping address %q", addr)
+		}
+		for p := s; p < e; p += uint64(os.Getpagesize()) {
+			pages[p] = true
 		}
 	}
-	return out
+	return pages
 }
 
 // Not parallel: it reads the process's mappings, which parallel tests
@@ -64,13 +78,13 @@ func anonExec(maps map[string]mapping) map[string]bool {
 func TestMachineCodeIsFileBacked(t *testing.T) {
 	ctx := context.Background()
 	rt := newRuntime(t, wasm.Config{})
-	before := anonExec(smaps(t))
+	before := anonExecPages(t, smaps(t))
 	w := newWapc(t, rt, "labels")
 
 	maps := smaps(t)
-	for addr := range anonExec(maps) {
-		if !before[addr] {
-			t.Errorf("compiling left anonymous machine code at %s", addr)
+	for page := range anonExecPages(t, maps) {
+		if !before[page] {
+			t.Errorf("compiling left anonymous machine code at %x", page)
 		}
 	}
 	regions := wasm.CodeRegions(rt)

@@ -425,8 +425,11 @@ type OPAAbortError struct{ Message string }
 func (e *OPAAbortError) Error() string { return "policy aborted: " + e.Message }
 
 // instantiateOPAHost instantiates the env host module OPA modules import,
-// once per runtime.
+// once per runtime. Holding codeMu serialises the calls, and keeps the
+// host functions' machine code from appearing while a module compiles.
 func (r *Runtime) instantiateOPAHost(ctx context.Context) error {
+	codeMu.Lock()
+	defer codeMu.Unlock()
 	if r.rt.Module(opaEnvModule) != nil {
 		return nil
 	}
@@ -458,8 +461,5 @@ func (r *Runtime) instantiateOPAHost(ctx context.Context) error {
 		}), params, i32x1).Export(fmt.Sprintf("opa_builtin%d", n))
 	}
 	_, err := b.Instantiate(ctx)
-	if err != nil && r.rt.Module(opaEnvModule) != nil {
-		return nil // a concurrent call instantiated it first
-	}
 	return err
 }

@@ -59,9 +59,10 @@ type Runtime struct {
 	code    []codeRegion // the machine code moved into files; guarded by codeMu
 }
 
-// codeMu serialises the creation of wazero's machine-code mappings, so that
-// the mappings a compilation creates can be told apart (codemap_linux.go),
-// and guards Runtime.code against Close.
+// codeMu serialises the creation of wazero's machine-code mappings (a
+// runtime's, its host modules', a compilation's), so that the mappings a
+// compilation creates can be told apart (codemap_linux.go), and guards
+// Runtime.code against Close.
 var codeMu sync.Mutex
 
 type compileEntry struct {
@@ -104,8 +105,8 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 		codeDir = os.TempDir()
 	}
 	codeMu.Lock()
+	defer codeMu.Unlock()
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
-	codeMu.Unlock()
 	r := &Runtime{
 		rt:         rt,
 		codeDir:    codeDir,
