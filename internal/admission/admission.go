@@ -7,6 +7,7 @@
 package admission
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 
@@ -167,4 +168,17 @@ type Review struct {
 // NewReview wraps a response in an admission.k8s.io/v1 AdmissionReview.
 func NewReview(r *Response) *Review {
 	return &Review{APIVersion: APIVersion, Kind: Kind, Response: r}
+}
+
+// Marshal encodes v as JSON as Kubewarden (serde_json) writes it: <, > and
+// & as they are, where encoding/json escapes them for HTML. Messages such
+// as "conflicts with an existing ingress <foo.bar.com>" then read the same.
+func Marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

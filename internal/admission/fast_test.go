@@ -76,3 +76,15 @@ func FuzzDecodeReview(f *testing.F) {
 		sameDecoding(t, body)
 	})
 }
+
+func TestMarshalKeepsHTMLCharacters(t *testing.T) {
+	resp := NewReview(&Response{UID: "u", Status: &Status{Message: "host <a.example.com> & more"}})
+	b, err := Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":false,"status":{"message":"host <a.example.com> & more"}}}`
+	if string(b) != want {
+		t.Errorf("got  %s\nwant %s", b, want)
+	}
+}

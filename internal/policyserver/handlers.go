@@ -20,7 +20,7 @@ type apiError struct {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := admission.Marshal(v)
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"message":"Something went wrong","status":500}`)
 	}

@@ -192,7 +192,7 @@ func (a *app) runPolicies(ctx context.Context, p *prepared) error {
 		if err != nil {
 			return fmt.Errorf("evaluating %s: %w", pol.ID, err)
 		}
-		b, err := json.Marshal(resp)
+		b, err := admission.Marshal(resp)
 		if err != nil {
 			return err
 		}
