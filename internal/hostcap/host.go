@@ -50,6 +50,19 @@ func (h *Host) HostCall(ctx context.Context, namespace, operation string, payloa
 	return out, nil
 }
 
+// ListResourcesAll lists every object of a kind (a list_resources_all
+// without selectors), for the data of Rego policies: it implements the
+// engine's KubernetesReader. Its error is the handler's, without the
+// prefix guests see.
+func (h *Host) ListResourcesAll(ctx context.Context, apiVersion, kind string) ([]byte, error) {
+	return h.handler.Handle(ctx, KubernetesListResourceAll{APIVersion: apiVersion, Kind: kind})
+}
+
+// ResourcePluralName answers the plural name of a kind, as a JSON string.
+func (h *Host) ResourcePluralName(ctx context.Context, apiVersion, kind string) ([]byte, error) {
+	return h.handler.Handle(ctx, KubernetesGetResourcePluralName{APIVersion: apiVersion, Kind: kind})
+}
+
 // Options configure a Direct handler.
 type Options struct {
 	// Registry reads manifests, blobs and signatures, under its sources.yml
@@ -120,7 +133,8 @@ func (d *Direct) Handle(ctx context.Context, req Request) ([]byte, error) {
 			return nil, err
 		}
 		return json.Marshal(resp)
-	case KubernetesListResourceNamespace, KubernetesListResourceAll, KubernetesGetResource, KubernetesCanI:
+	case KubernetesListResourceNamespace, KubernetesListResourceAll, KubernetesGetResource, KubernetesCanI,
+		KubernetesGetResourcePluralName:
 		if d.kube == nil {
 			return nil, errors.New("kube::Client was not initialized properly")
 		}

@@ -80,7 +80,8 @@ type KubernetesOptions struct {
 // get_resource (GET), list_resources_by_namespace and list_resources_all
 // (LIST, paginated) through the dynamic client, kinds resolved to resources
 // by discovery (a RESTMapper, refreshed when a kind is not found, at most
-// every 10 s), and can_i (a SubjectAccessReview).
+// every 10 s), and can_i (a SubjectAccessReview); and, for the data of Rego
+// policies, the plural names of kinds.
 //
 // There is no reflector store yet (Kubewarden's reflectors, Warden's
 // SQLite store of RFC 004): every list is a direct call to the API server,
@@ -162,6 +163,12 @@ func (k *Kubernetes) Handle(ctx context.Context, req Request) ([]byte, error) {
 		return k.list(ctx, r.APIVersion, r.Kind, nil, r.LabelSelector, r.FieldSelector, r.FieldMasks)
 	case KubernetesGetResource:
 		return k.get(ctx, r)
+	case KubernetesGetResourcePluralName:
+		m, err := k.mapping(r.APIVersion, r.Kind)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(m.Resource.Resource)
 	case KubernetesCanI:
 		if r.DisableCache {
 			return k.canIUncached(ctx, r.Request)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 
@@ -139,6 +140,14 @@ type KubernetesGetResource struct {
 	FieldMasks   []string `json:"field_masks" yaml:"field_masks"`
 }
 
+// KubernetesGetResourcePluralName asks for the name of a kind's resource
+// (v1/Service: services). Guests cannot send it: the host asks it to build
+// the data of Rego policies (compat 2.2), as Kubewarden's does.
+type KubernetesGetResourcePluralName struct {
+	APIVersion string `json:"api_version" yaml:"api_version"`
+	Kind       string `json:"kind" yaml:"kind"`
+}
+
 // KubernetesCanI asks the API server whether a user may do something (a
 // SubjectAccessReview; kubernetes can_i).
 type KubernetesCanI struct {
@@ -229,6 +238,9 @@ func (KubernetesGetResource) Variant() string { return "KubernetesGetResource" }
 func (KubernetesCanI) Variant() string { return "KubernetesCanI" }
 
 // Variant implements Request.
+func (KubernetesGetResourcePluralName) Variant() string { return "KubernetesGetResourcePluralName" }
+
+// Variant implements Request.
 func (CryptoIsCertificateTrusted) Variant() string { return "CryptoIsCertificateTrusted" }
 
 // newRequest returns a zero request of a variant, for decoding.
@@ -260,6 +272,8 @@ func newRequest(variant string) (Request, bool) {
 		return &KubernetesGetResource{}, true
 	case "KubernetesCanI":
 		return &KubernetesCanI{}, true
+	case "KubernetesGetResourcePluralName":
+		return &KubernetesGetResourcePluralName{}, true
 	case "CryptoIsCertificateTrusted":
 		return &CryptoIsCertificateTrusted{}, true
 	}
@@ -277,6 +291,7 @@ var required = map[string][]string{
 	"KubernetesListResourceNamespace": {"api_version", "kind", "namespace"},
 	"KubernetesListResourceAll":       {"api_version", "kind"},
 	"KubernetesGetResource":           {"api_version", "kind", "name"},
+	"KubernetesGetResourcePluralName": {"api_version", "kind"},
 }
 
 // Decode decodes the payload a guest sent to namespace/operation into a
@@ -439,35 +454,8 @@ func requireFields(body []byte, fields ...string) error {
 
 // deref turns a pointer to a variant into the variant's value.
 func deref(r Request) Request {
-	switch v := r.(type) {
-	case *OCIManifestDigest:
-		return *v
-	case *OCIManifest:
-		return *v
-	case *OCIManifestAndConfig:
-		return *v
-	case *SigstorePubKeyVerify:
-		return *v
-	case *SigstoreKeylessVerify:
-		return *v
-	case *SigstoreKeylessPrefixVerify:
-		return *v
-	case *SigstoreGithubActionsVerify:
-		return *v
-	case *SigstoreCertificateVerify:
-		return *v
-	case *DNSLookupHost:
-		return *v
-	case *KubernetesListResourceNamespace:
-		return *v
-	case *KubernetesListResourceAll:
-		return *v
-	case *KubernetesGetResource:
-		return *v
-	case *KubernetesCanI:
-		return *v
-	case *CryptoIsCertificateTrusted:
-		return *v
+	if v := reflect.ValueOf(r); v.Kind() == reflect.Pointer {
+		return v.Elem().Interface().(Request)
 	}
 	return r
 }

@@ -89,6 +89,9 @@ func ParseSession(data []byte) (*Session, error) {
 	}
 	s := &Session{Exchanges: make([]Exchange, 0, len(entries))}
 	for i, e := range entries {
+		if e.asksWhetherListsChanged() {
+			continue
+		}
 		ex, err := e.exchange()
 		if err != nil {
 			return nil, fmt.Errorf("exchange %d: %w", i+1, err)
@@ -96,6 +99,16 @@ func ParseSession(data []byte) (*Session, error) {
 		s.Exchanges = append(s.Exchanges, ex)
 	}
 	return s, nil
+}
+
+// asksWhetherListsChanged reports a HasKubernetesListResourceAllResultChangedSinceInstant
+// exchange: Kubewarden's question to its reflectors before reusing a
+// Gatekeeper inventory, which kwctl records. Warden lists afresh at every
+// evaluation and never asks it, so such exchanges are skipped.
+func (e *sessionEntry) asksWhetherListsChanged() bool {
+	const variant = "HasKubernetesListResourceAllResultChangedSinceInstant"
+	req := strings.TrimSpace(e.Request)
+	return strings.HasPrefix(req, "!"+variant) || strings.HasPrefix(req, variant+":")
 }
 
 func (e *sessionEntry) exchange() (Exchange, error) {

@@ -338,3 +338,70 @@ func TestConcurrentReplayAndRecord(t *testing.T) {
 		t.Errorf("%d exchanges recorded, want %d", n, workers*rounds)
 	}
 }
+
+// TestHostReadsForRego replays, in kwctl's format, what Kubewarden's host
+// asks to build the data of Rego policies: the lists carry no field_masks,
+// the plural names are requests of their own, and errors come without the
+// prefix guests see. The question Kubewarden asks before reusing a
+// Gatekeeper inventory, which Warden never asks, is skipped.
+func TestHostReadsForRego(t *testing.T) {
+	s, err := ParseSession([]byte(`- type: Exchange
+  request: |
+    !KubernetesListResourceAll
+    api_version: networking.k8s.io/v1
+    kind: Ingress
+    label_selector: null
+    field_selector: null
+  response:
+    type: Success
+    payload: '{"metadata":{},"items":[]}'
+- type: Exchange
+  request: |
+    !KubernetesGetResourcePluralName
+    api_version: networking.k8s.io/v1
+    kind: Ingress
+  response:
+    type: Success
+    payload: '"ingresses"'
+- type: Exchange
+  request: |
+    !HasKubernetesListResourceAllResultChangedSinceInstant
+    api_version: networking.k8s.io/v1
+    kind: Ingress
+    label_selector: null
+    field_selector: null
+    since: 1234
+  response:
+    type: Success
+    payload: 'false'
+- type: Exchange
+  request: |
+    !KubernetesGetResourcePluralName
+    api_version: v1
+    kind: Frobnicator
+  response:
+    type: Error
+    message: Cannot find resource v1/Frobnicator
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Exchanges) != 3 {
+		t.Fatalf("%d exchanges, want 3", len(s.Exchanges))
+	}
+	r := NewReplayer(s, "session.yml", nil)
+	host := NewHost(r)
+	ctx := context.Background()
+	if out, err := host.ListResourcesAll(ctx, "networking.k8s.io/v1", "Ingress"); err != nil || string(out) != `{"metadata":{},"items":[]}` {
+		t.Errorf("ListResourcesAll: %s, %v", out, err)
+	}
+	if out, err := host.ResourcePluralName(ctx, "networking.k8s.io/v1", "Ingress"); err != nil || string(out) != `"ingresses"` {
+		t.Errorf("ResourcePluralName: %s, %v", out, err)
+	}
+	if _, err := host.ResourcePluralName(ctx, "v1", "Frobnicator"); err == nil || err.Error() != "Cannot find resource v1/Frobnicator" {
+		t.Errorf("ResourcePluralName of an unknown kind: %v", err)
+	}
+	if n := r.Unreplayed(); n != 0 {
+		t.Errorf("%d exchanges not replayed", n)
+	}
+}
