@@ -188,6 +188,9 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, c call) (*admission.Re
 				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid)
 			return reject(uid, msgTimeout, 500), nil
 		}
+		if ce, ok := asContextError(err); ok {
+			return reject(uid, ce.msg, 500), nil
+		}
 		e.logger.ErrorContext(ctx, "policy evaluation failed",
 			observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, observability.KeyError, err)
 		return internalError(uid, err.Error()), nil

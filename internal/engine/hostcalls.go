@@ -39,17 +39,23 @@ type hostCalls struct {
 // hostCalls returns the host calls of a policy: what it was granted, and
 // the engine's provider.
 func (l *loader) hostCalls(id string, c *PolicyConfig, meta *metadata.Metadata) *hostCalls {
-	resources := c.ContextAwareResources
-	if c.ContextAwareFromMetadata {
-		resources = nil
-		if meta != nil {
-			for _, r := range meta.ContextAwareResources {
-				resources = append(resources, ContextAwareResource{APIVersion: r.APIVersion, Kind: r.Kind})
-			}
+	return &hostCalls{policyID: id, allowed: c.HostCapabilities, resources: grantedResources(c, meta),
+		caps: l.opts.HostCapabilities, logger: l.opts.Logger}
+}
+
+// grantedResources returns the Kubernetes kinds a policy may read: its
+// contextAwareResources, or its metadata's when it trusts them.
+func grantedResources(c *PolicyConfig, meta *metadata.Metadata) []ContextAwareResource {
+	if !c.ContextAwareFromMetadata {
+		return c.ContextAwareResources
+	}
+	var resources []ContextAwareResource
+	if meta != nil {
+		for _, r := range meta.ContextAwareResources {
+			resources = append(resources, ContextAwareResource{APIVersion: r.APIVersion, Kind: r.Kind})
 		}
 	}
-	return &hostCalls{policyID: id, allowed: c.HostCapabilities, resources: resources,
-		caps: l.opts.HostCapabilities, logger: l.opts.Logger}
+	return resources
 }
 
 // HostCall implements wasm.HostCaller.

@@ -332,13 +332,9 @@ func (l *loader) runner(ctx context.Context, id string, c *PolicyConfig, ml *mod
 // regoRunner returns a runner of its own to an OPA or Gatekeeper policy:
 // its instances hold the policy's data.
 func (l *loader) regoRunner(ctx context.Context, id string, c *PolicyConfig, ml *moduleLoad) (runner, error) {
-	if len(c.ContextAwareResources) > 0 {
-		// An empty inventory would make policies such as "ingress hosts
-		// are unique" accept what they exist to reject.
-		return nil, errors.New("contextAwareResources: Rego policies cannot read Kubernetes resources in this version of Warden")
-	}
-	r, err := newRegoRunner(ctx, l.opts.Runtime, ml.mod, ml.meta.Mode(), c.Settings, l.opts.Workers,
-		l.opts.Logger.With(observability.KeyPolicyID, id))
+	logger := l.opts.Logger.With(observability.KeyPolicyID, id)
+	kube := newRegoContext(grantedResources(c, ml.meta), l.opts.HostCapabilities, logger)
+	r, err := newRegoRunner(ctx, l.opts.Runtime, ml.mod, ml.meta.Mode(), c.Settings, kube, l.opts.Workers, logger)
 	if err != nil {
 		return nil, err
 	}

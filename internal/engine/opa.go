@@ -28,10 +28,15 @@ const (
 )
 
 // regoModule is what both Rego modes share: a pool of instances with the
-// data loaded, and the builtins the module leaves to the host.
+// data loaded, the builtins the module leaves to the host, and, for a
+// policy granted contextAwareResources, the cluster's objects that make
+// each evaluation's data instead.
 type regoModule struct {
 	opa      *wasm.OPA
 	builtins *rego.Builtins
+	kube     *regoContext // nil: the data loaded serves every evaluation
+	mode     string
+	settings json.RawMessage
 }
 
 // opaRunner runs Rego policies in opa mode (compat 2.2).
@@ -48,10 +53,11 @@ type gatekeeperRunner struct {
 // the module needs and loads its data (opa: the settings; gatekeeper: {}).
 // An opa runner therefore serves policies with these settings only; a
 // gatekeeper runner reads its parameters from each evaluation's settings.
+// kube, when not nil, builds each evaluation's data from the cluster.
 // workers bounds the idle instances kept. logger receives the warning about
 // a Gatekeeper result that cannot be read; nil discards it.
 func newRegoRunner(ctx context.Context, rt *wasm.Runtime, mod *wasm.Module, mode string, settings json.RawMessage,
-	workers int, logger *slog.Logger) (runner, error) {
+	kube *regoContext, workers int, logger *slog.Logger) (runner, error) {
 	if mode != metadata.ModeOPA && mode != metadata.ModeGatekeeper {
 		return nil, fmt.Errorf("execution mode %s is not a Rego mode", mode)
 	}
@@ -64,7 +70,7 @@ func newRegoRunner(ctx context.Context, rt *wasm.Runtime, mod *wasm.Module, mode
 		o.Close(ctx)
 		return nil, err
 	}
-	m := &regoModule{opa: o, builtins: b}
+	m := &regoModule{opa: o, builtins: b, kube: kube, mode: mode, settings: settings}
 	if mode == metadata.ModeOPA {
 		return opaRunner{m}, nil
 	}
@@ -91,7 +97,14 @@ func regoData(mode string, settings json.RawMessage) []byte {
 
 // eval evaluates the module's entrypoint with input.
 func (m *regoModule) eval(ctx context.Context, input []byte) ([]byte, error) {
-	out, err := m.opa.Eval(ctx, input, m.builtins.NewEval(ctx).Call)
+	var data []byte
+	if m.kube != nil {
+		var err error
+		if data, err = m.kube.data(ctx, m.mode, m.settings); err != nil {
+			return nil, err
+		}
+	}
+	out, err := m.opa.EvalWithData(ctx, input, data, m.builtins.NewEval(ctx).Call)
 	if errors.Is(err, wasm.ErrDeadlineExceeded) {
 		// Kubewarden answers a Rego timeout as any other Rego failure, with
 		// an internal server error, not with its timeout message.

@@ -48,13 +48,19 @@ var (
 	noResponse      = regoPolicy{"opa/no_response.rego", "policy/main", metadata.ModeOPA}
 )
 
+// regoBuild builds p to wasm.
+func regoBuild(t testing.TB, p regoPolicy) []byte {
+	t.Helper()
+	return regotest.Build(t, regoDir+p.file, p.entrypoint)
+}
+
 func (p regoPolicy) runner(t testing.TB, rt *wasm.Runtime, settings string, logger *slog.Logger) (runner, error) {
 	t.Helper()
-	mod, err := rt.CompileOPA(context.Background(), regotest.Build(t, regoDir+p.file, p.entrypoint))
+	mod, err := rt.CompileOPA(context.Background(), regoBuild(t, p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newRegoRunner(context.Background(), rt, mod, p.mode, json.RawMessage(settings), 2, logger)
+	return newRegoRunner(context.Background(), rt, mod, p.mode, json.RawMessage(settings), nil, 2, logger)
 }
 
 func (p regoPolicy) mustRunner(t testing.TB, rt *wasm.Runtime, settings string, logger *slog.Logger) runner {

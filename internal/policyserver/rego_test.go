@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/rego/regotest"
 )
@@ -75,14 +76,28 @@ reserved-namespaces:
 	})
 }
 
-func TestRegoContextAwareRefused(t *testing.T) {
+// TestRegoContextAwareWithoutCluster: a Rego policy granted Kubernetes
+// resources loads on a server without a cluster, and each evaluation fails
+// with Kubewarden's message, while the other policies keep answering.
+func TestRegoContextAwareWithoutCluster(t *testing.T) {
+	unique := regoModule(t, "gatekeeper/unique_ingress_host.rego", "uniqueingresshost/violation", metadata.ModeGatekeeper)
 	labels := regoModule(t, "gatekeeper/required_labels.rego", "k8srequiredlabels/violation", metadata.ModeGatekeeper)
 	opts := testOptions(t, writePolicies(t, `
 unique:
-  module: `+labels+`
+  module: `+unique+`
   contextAwareResources: [{apiVersion: networking.k8s.io/v1, kind: Ingress}]
+labels:
+  module: `+labels+`
 `))
-	if err := startFailure(t, opts); !strings.Contains(err.Error(), "Rego policies cannot read Kubernetes resources in this version of Warden") {
-		t.Fatalf("got %v", err)
+	// What Main sets up when there is no kubeconfig.
+	opts.HostCapabilities = hostcap.NewHost(hostcap.NewDirect(hostcap.Options{}))
+	ts := startServer(t, opts)
+	resp := ts.review(t, "/validate/unique", podReview("uid-8", "default", "CREATE", nil))
+	if resp.Allowed || resp.Status == nil || resp.Status.Code != 500 ||
+		resp.Status.Message != "cannot perform a request via callback channel: kube::Client was not initialized properly" {
+		t.Errorf("got %+v %+v", resp, resp.Status)
+	}
+	if resp := ts.review(t, "/validate/labels", podReview("uid-9", "default", "CREATE", nil)); !resp.Allowed {
+		t.Errorf("the other policy: %+v %+v", resp, resp.Status)
 	}
 }

@@ -238,6 +238,13 @@ func (in *opaInstance) close(ctx context.Context) { _ = in.mod.Close(ctx) }
 // is bounded by ctx: past its deadline the instance is stopped and
 // ErrDeadlineExceeded returned.
 func (o *OPA) Eval(ctx context.Context, input []byte, builtins OPABuiltinFunc) ([]byte, error) {
+	return o.EvalWithData(ctx, input, nil, builtins)
+}
+
+// EvalWithData is Eval with data, a JSON document, in place of the data
+// NewOPA was given, for this evaluation only: it is parsed into the heap
+// the evaluation leaves behind.
+func (o *OPA) EvalWithData(ctx context.Context, input, data []byte, builtins OPABuiltinFunc) ([]byte, error) {
 	leave, err := o.r.enterGuest(ctx)
 	if err != nil {
 		return nil, err
@@ -252,9 +259,13 @@ func (o *OPA) Eval(ctx context.Context, input []byte, builtins OPABuiltinFunc) (
 	done := in.guard(ctx)
 	c.call(fnHeapSet, in.heap)
 	inputAddr := c.value(fnJSONParse, input, "input")
+	dataAddr := in.data
+	if data != nil {
+		dataAddr = c.value(fnJSONParse, data, "data")
+	}
 	ec := c.call(fnCtxNew)
 	c.call(fnCtxSetInput, ec, inputAddr)
-	c.call(fnCtxSetData, ec, in.data)
+	c.call(fnCtxSetData, ec, dataAddr)
 	c.call(fnCtxSetEntrypoint, ec, opaEntrypoint)
 	c.call(fnEval, ec)
 	out := c.json(c.call(fnCtxGetResult, ec))

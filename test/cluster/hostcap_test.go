@@ -264,37 +264,9 @@ func TestHostCapKubernetes(t *testing.T) {
 	})
 
 	t.Run("policy server", func(t *testing.T) {
-		dir := t.TempDir()
-		policies := filepath.Join(dir, "policies.yml")
 		doc := fmt.Sprintf("reads-cluster:\n  module: file://%s\n  settings: %s\n  hostCapabilities: [\"kubernetes/*\"]\n"+
 			"  contextAwareResources: [{apiVersion: v1, kind: Namespace}, {apiVersion: v1, kind: ConfigMap}]\n", policy, settings)
-		if err := os.WriteFile(policies, []byte(doc), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		port, readiness := freePort(t), freePort(t)
-		env := map[string]string{"KUBECONFIG": kubeconfig, "HOME": dir}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan int)
-		var logs bytes.Buffer
-		go func() {
-			done <- policyserver.Main(ctx, []string{"--addr", "127.0.0.1", "--port", fmt.Sprint(port), "--readiness-probe-port", fmt.Sprint(readiness),
-				"--policies", policies, "--policies-download-dir", dir, "--cache-dir", "", "--workers", "1"},
-				io.Discard, &logs, func(k string) string { return env[k] })
-		}()
-		t.Cleanup(func() {
-			cancel()
-			if code := <-done; code != 0 {
-				t.Errorf("policy server exit %d\n%s", code, logs.String())
-			}
-		})
-		eventually(t, "the policy server is ready", func() bool {
-			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readiness", readiness))
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		port := startPolicyServer(t, doc, kubeconfig)
 		review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-2","kind":{"group":"","version":"v1","kind":"Pod"},` +
 			`"resource":{"group":"","version":"v1","resource":"pods"},"name":"p","namespace":"team-a","operation":"CREATE","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}}}`
 		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/validate/reads-cluster", port), "application/json", strings.NewReader(review))
@@ -315,6 +287,43 @@ func TestHostCapKubernetes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// startPolicyServer runs the policy server, as its command does, with the
+// policies of doc and the cluster of kubeconfig, until the test ends; it
+// returns its port once it is ready.
+func startPolicyServer(t *testing.T, doc, kubeconfig string) int {
+	t.Helper()
+	dir := t.TempDir()
+	policies := filepath.Join(dir, "policies.yml")
+	if err := os.WriteFile(policies, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port, readiness := freePort(t), freePort(t)
+	env := map[string]string{"KUBECONFIG": kubeconfig, "HOME": dir}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	var logs bytes.Buffer
+	go func() {
+		done <- policyserver.Main(ctx, []string{"--addr", "127.0.0.1", "--port", fmt.Sprint(port), "--readiness-probe-port", fmt.Sprint(readiness),
+			"--policies", policies, "--policies-download-dir", dir, "--cache-dir", "", "--workers", "1"},
+			io.Discard, &logs, func(k string) string { return env[k] })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("policy server exit %d\n%s", code, logs.String())
+		}
+	})
+	eventually(t, "the policy server is ready", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readiness", readiness))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return port
 }
 
 // writeKubeconfig writes a kubeconfig for cfg and returns its path.

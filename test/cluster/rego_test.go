@@ -1,0 +1,120 @@
+//go:build cluster
+
+package cluster_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/rego/regotest"
+)
+
+// regoModule builds a Rego policy of testdata/rego for mode and returns the
+// file:// URL of the annotated module.
+func regoModule(t *testing.T, file, entrypoint, mode string) string {
+	t.Helper()
+	wasm := regotest.Build(t, filepath.Join("..", "..", "testdata", "rego", file), entrypoint)
+	annotated, err := metadata.Embed(wasm, &metadata.Metadata{ExecutionMode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "policy.wasm")
+	if err := os.WriteFile(path, annotated, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return "file://" + path
+}
+
+// TestRegoContextAware runs Rego policies granted Kubernetes resources
+// against a real API server: their data holds the cluster's objects as
+// they are at each request.
+func TestRegoContextAware(t *testing.T) {
+	cl := startCluster(t)
+	c := cl.Client
+	for _, ns := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "shop"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "ice", Labels: map[string]string{"frozen": "true"}}},
+	} {
+		mustCreate(t, c, ns)
+	}
+	web := &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"},
+		Spec:       networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{Host: "shop.example.com"}}},
+	}
+	mustCreate(t, c, web)
+	mustCreate(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "settings"}})
+
+	unique := regoModule(t, "gatekeeper/unique_ingress_host.rego", "uniqueingresshost/violation", metadata.ModeGatekeeper)
+	frozen := regoModule(t, "opa/frozen_namespaces.rego", "policy/main", metadata.ModeOPA)
+	port := startPolicyServer(t, fmt.Sprintf(`
+unique-hosts:
+  module: %s
+  contextAwareResources: [{apiVersion: networking.k8s.io/v1, kind: Ingress}]
+frozen-namespaces:
+  module: %s
+  settings: {max_configmaps: 1}
+  contextAwareResources: [{apiVersion: v1, kind: Namespace}, {apiVersion: v1, kind: ConfigMap}]
+`, unique, frozen), writeKubeconfig(t, cl.Config))
+
+	validate := func(policy, kind, namespace, object string) (bool, string) {
+		t.Helper()
+		group := ""
+		if kind == "Ingress" {
+			group = "networking.k8s.io"
+		}
+		review := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-1",`+
+			`"kind":{"group":%q,"version":"v1","kind":%q},"namespace":%q,"operation":"CREATE","object":%s}}`, group, kind, namespace, object)
+		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/validate/%s", port, policy), "application/json", strings.NewReader(review))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var out struct {
+			Response struct {
+				Allowed bool `json:"allowed"`
+				Status  *struct {
+					Message string `json:"message"`
+				} `json:"status"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal(body, &out); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if out.Response.Status == nil {
+			return out.Response.Allowed, ""
+		}
+		return out.Response.Allowed, out.Response.Status.Message
+	}
+	blog := `{"metadata":{"name":"blog","namespace":"news"},"spec":{"rules":[{"host":"shop.example.com"}]}}`
+
+	if allowed, msg := validate("unique-hosts", "Ingress", "news", blog); allowed || msg != "host <shop.example.com> is taken by ingress shop/web" {
+		t.Errorf("an Ingress for a host taken: allowed %v %q", allowed, msg)
+	}
+	if err := c.Delete(t.Context(), web); err != nil {
+		t.Fatal(err)
+	}
+	if allowed, msg := validate("unique-hosts", "Ingress", "news", blog); !allowed {
+		t.Errorf("an Ingress for a host freed: allowed %v %q", allowed, msg)
+	}
+	if allowed, msg := validate("frozen-namespaces", "Pod", "ice", `{"metadata":{"name":"p"}}`); allowed || msg != "namespace ice is frozen" {
+		t.Errorf("a Pod in a frozen namespace: allowed %v %q", allowed, msg)
+	}
+	if allowed, msg := validate("frozen-namespaces", "ConfigMap", "shop", `{"metadata":{"name":"more"}}`); allowed || msg != "namespace shop has 1 ConfigMaps already" {
+		t.Errorf("a ConfigMap over the limit: allowed %v %q", allowed, msg)
+	}
+	if allowed, msg := validate("frozen-namespaces", "Pod", "shop", `{"metadata":{"name":"p"}}`); !allowed {
+		t.Errorf("a Pod in an open namespace: allowed %v %q", allowed, msg)
+	}
+}
