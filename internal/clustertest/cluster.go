@@ -42,8 +42,15 @@ type Cluster struct {
 type Option func(*options)
 
 type options struct {
-	crdDirs []string
-	scheme  *runtime.Scheme
+	crdDirs       []string
+	scheme        *runtime.Scheme
+	apiServerArgs [][2]string
+}
+
+// WithAPIServerFlag adds --name=value to kube-apiserver's command line,
+// for instance an --admission-control-config-file.
+func WithAPIServerFlag(name, value string) Option {
+	return func(o *options) { o.apiServerArgs = append(o.apiServerArgs, [2]string{name, value}) }
 }
 
 // WithCRDDirectory installs the CustomResourceDefinitions found in the YAML
@@ -101,6 +108,9 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 	}
 	if os.Getenv(startTimeoutEnv) == "" {
 		env.ControlPlaneStartTimeout = defaultStartTimeout
+	}
+	for _, a := range o.apiServerArgs {
+		env.ControlPlane.GetAPIServer().Configure().Append(a[0], a[1])
 	}
 
 	cfg, err := env.Start()

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,7 @@ import (
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 	"github.com/wardenhq/warden/internal/buildinfo"
+	"github.com/wardenhq/warden/internal/pki"
 )
 
 // Main runs the controller command: it parses args (without the program
@@ -114,6 +116,30 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// readClientCA reads the CAs of --client-ca-configmap-name: under mutual
+// TLS the controller's own webhooks, like the policy servers, answer only
+// clients whose certificates chain to them (Kubewarden mounts the same
+// ConfigMap for its webhook server). They are read once, at start.
+func readClientCA(ctx context.Context, c client.Client, namespace, name string) (*x509.CertPool, error) {
+	var cm corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &cm); err != nil {
+		return nil, fmt.Errorf("reading the client CA ConfigMap %s/%s: %w", namespace, name, err)
+	}
+	data, ok := cm.Data[clientCAKey]
+	if !ok {
+		return nil, fmt.Errorf("the client CA ConfigMap %s/%s has no %s", namespace, name, clientCAKey)
+	}
+	certs, err := pki.ParseCertificates([]byte(data))
+	if err != nil {
+		return nil, fmt.Errorf("the client CA ConfigMap %s/%s: %s: %w", namespace, name, clientCAKey, err)
+	}
+	pool := x509.NewCertPool()
+	for _, cert := range certs {
+		pool.AddCert(cert)
+	}
+	return pool, nil
+}
+
 // NewManager builds a controller-runtime manager with every reconciler of
 // the controller registered; Start runs it.
 func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manager, error) {
@@ -132,12 +158,22 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 	if err != nil {
 		return nil, err
 	}
+	tlsOpts := []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = certs.GetCertificate }}
+	if name := opts.ClientCAConfigMapName; name != "" {
+		clientCAs, err := readClientCA(context.Background(), direct, opts.DeploymentsNamespace, name)
+		if err != nil {
+			return nil, err
+		}
+		tlsOpts = append(tlsOpts, func(c *tls.Config) {
+			c.ClientAuth, c.ClientCAs = tls.RequireAndVerifyClientCert, clientCAs
+		})
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		Logger: log,
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Port:    opts.WebhookServerPort,
-			TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = certs.GetCertificate }},
+			TLSOpts: tlsOpts,
 		}),
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,

@@ -60,7 +60,8 @@ type Options struct {
 	// the policy servers for a TLS collector.
 	OtelCertificateSecret       string
 	OtelClientCertificateSecret string
-	// ClientCAConfigMapName turns on mutual TLS in the policy servers.
+	// ClientCAConfigMapName turns on mutual TLS in the policy servers and
+	// the controller's own webhook server.
 	ClientCAConfigMapName string
 	// ImagePullSecrets are given to every policy server pod.
 	ImagePullSecrets []string
@@ -103,7 +104,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.OtelClientCertificateSecret, "opentelemetry-client-certificate-secret", o.OtelClientCertificateSecret,
 		"Secret with the client certificate for the OpenTelemetry collector, mounted where OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE points")
 	fs.StringVar(&o.ClientCAConfigMapName, "client-ca-configmap-name", o.ClientCAConfigMapName,
-		"ConfigMap (key client-ca.crt) with the CA client certificates must chain to: turns on mutual TLS in the policy servers")
+		"ConfigMap (key client-ca.crt) with the CA client certificates must chain to: turns on mutual TLS in the policy servers and the controller's own webhooks")
 	fs.StringSliceVar(&o.ImagePullSecrets, "image-pull-secrets", o.ImagePullSecrets,
 		"Comma-separated Secrets, in the deployments namespace, added as imagePullSecrets to every policy server pod")
 	fs.BoolVar(&o.HostNetwork, "host-network", o.HostNetwork,
