@@ -52,6 +52,28 @@ type GroupMember struct {
 	HostCapabilities      []string               `json:"hostCapabilities,omitempty"`
 }
 
+// ReadResources returns the Kubernetes kinds any entry of configs (group
+// members included) may read, each once, in no particular order.
+func ReadResources(configs map[string]*PolicyConfig) []ContextAwareResource {
+	seen := map[ContextAwareResource]bool{}
+	var out []ContextAwareResource
+	add := func(rs []ContextAwareResource) {
+		for _, r := range rs {
+			if !seen[r] {
+				seen[r] = true
+				out = append(out, r)
+			}
+		}
+	}
+	for _, c := range configs {
+		add(c.ContextAwareResources)
+		for _, m := range c.Policies {
+			add(m.ContextAwareResources)
+		}
+	}
+	return out
+}
+
 // ContextAwareResource is a Kubernetes kind a policy may read through host calls.
 type ContextAwareResource struct {
 	APIVersion string `json:"apiVersion"`

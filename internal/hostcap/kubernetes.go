@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/wardenhq/warden/internal/reflector"
 )
 
 // ErrNoKubeConfig is returned by LoadKubeConfig when there is no
@@ -74,6 +77,11 @@ type KubernetesOptions struct {
 	// Now is the clock of the get_resource and can_i caches; nil means
 	// time.Now.
 	Now func() time.Time
+	// Store, when set, keeps the objects of the kinds Reflect is called
+	// for (RFC 004), and lists of those kinds are answered from it.
+	Store *reflector.Store
+	// Logger receives the reflectors' news; nil discards it.
+	Logger *slog.Logger
 }
 
 // Kubernetes answers the kubernetes host capabilities from an API server:
@@ -83,11 +91,14 @@ type KubernetesOptions struct {
 // every 10 s), and can_i (a SubjectAccessReview); and, for the data of Rego
 // policies, the plural names of kinds.
 //
-// There is no reflector store yet (Kubewarden's reflectors, Warden's
-// SQLite store of RFC 004): every list is a direct call to the API server,
-// never cached, and its items lose their managedFields and
-// last-applied-configuration annotation as a reflector's do. get_resource
-// and can_i answers are cached 5 s unless the request sets disable_cache.
+// The lists of a kind that Reflect was called for are answered from a
+// reflector: a copy of the kind's objects, kept in the SQLite store of RFC
+// 004 by a list-and-watch of the API server (internal/reflector), with
+// selectors evaluated on the copies. Other lists are direct calls to the
+// API server. Either way the items lose their managedFields and
+// last-applied-configuration annotation, as a Kubewarden reflector's do.
+// get_resource and can_i answers are cached 5 s unless the request sets
+// disable_cache.
 // Field masks keep, of everything but apiVersion, kind and metadata, only
 // the fields they name (arrays are traversed).
 //
@@ -101,6 +112,8 @@ type Kubernetes struct {
 
 	resetMu   sync.Mutex
 	lastReset time.Time
+
+	reflectors *reflector.Reflectors // nil: no store
 }
 
 // Kubewarden's cache time of get_resource and can_i.
@@ -145,13 +158,54 @@ func NewKubernetes(cfg *rest.Config, opts KubernetesOptions) (*Kubernetes, error
 	if now == nil {
 		now = time.Now
 	}
+	var refl *reflector.Reflectors
+	if opts.Store != nil {
+		refl = reflector.New(opts.Store, dyn, opts.Logger)
+	}
 	return &Kubernetes{
-		dynamic: dyn,
-		mapper:  restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
-		sar:     authz.SubjectAccessReviews(),
-		gets:    newTTLCache(kubeCacheTTL, now),
-		canI:    newTTLCache(kubeCacheTTL, now),
+		reflectors: refl,
+		dynamic:    dyn,
+		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		sar:        authz.SubjectAccessReviews(),
+		gets:       newTTLCache(kubeCacheTTL, now),
+		canI:       newTTLCache(kubeCacheTTL, now),
 	}, nil
+}
+
+// Reflect starts keeping a copy of the objects of a kind, unless it is
+// kept already: lists of the kind are then answered from the copy. It
+// resolves the kind (discovery) and returns; the copy fills in the
+// background, and lists wait for it. Without a Store it does nothing.
+func (k *Kubernetes) Reflect(apiVersion, kind string) error {
+	if k.reflectors == nil {
+		return nil
+	}
+	m, err := k.mapping(apiVersion, kind)
+	if err != nil {
+		return err
+	}
+	_, err = k.reflectors.Start(m.Resource)
+	return err
+}
+
+// WaitReflected waits until every reflector holds a full list, or ctx is
+// done; it returns the resources still listing.
+func (k *Kubernetes) WaitReflected(ctx context.Context) []string {
+	if k.reflectors == nil {
+		return nil
+	}
+	var pending []string
+	for _, gvr := range k.reflectors.WaitSynced(ctx) {
+		pending = append(pending, gvr.String())
+	}
+	return pending
+}
+
+// Close stops the reflectors.
+func (k *Kubernetes) Close() {
+	if k.reflectors != nil {
+		k.reflectors.Stop()
+	}
 }
 
 // Handle answers a kubernetes request.
@@ -212,10 +266,10 @@ func (k *Kubernetes) mayRediscover() bool {
 
 // kubeList is the answer of the list requests, Kubewarden's ObjectList.
 type kubeList struct {
-	APIVersion string           `json:"apiVersion"`
-	Kind       string           `json:"kind"`
-	Metadata   struct{}         `json:"metadata"`
-	Items      []map[string]any `json:"items"`
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Metadata   struct{} `json:"metadata"`
+	Items      []any    `json:"items"`
 }
 
 // list answers the list requests; namespace nil lists the whole cluster.
@@ -231,6 +285,20 @@ func (k *Kubernetes) list(ctx context.Context, apiVersion, kind string, namespac
 		}
 		ri = k.dynamic.Resource(m.Resource).Namespace(*namespace)
 	}
+	out := kubeList{APIVersion: apiVersion, Kind: kind + "List", Items: []any{}}
+	mask := newMask(masks)
+	if k.reflectors != nil {
+		objects, ok, err := k.reflectors.List(ctx, m.Resource, namespace)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if out.Items, err = selectObjects(objects, labelSelector, fieldSelector, mask); err != nil {
+				return nil, err
+			}
+			return json.Marshal(out)
+		}
+	}
 	opts := metav1.ListOptions{Limit: listPageSize}
 	if labelSelector != nil {
 		opts.LabelSelector = *labelSelector
@@ -238,8 +306,6 @@ func (k *Kubernetes) list(ctx context.Context, apiVersion, kind string, namespac
 	if fieldSelector != nil {
 		opts.FieldSelector = *fieldSelector
 	}
-	out := kubeList{APIVersion: apiVersion, Kind: kind + "List", Items: []map[string]any{}}
-	mask := newMask(masks)
 	for {
 		page, err := ri.List(ctx, opts)
 		if err != nil {
@@ -247,7 +313,7 @@ func (k *Kubernetes) list(ctx context.Context, apiVersion, kind string, namespac
 		}
 		for _, item := range page.Items {
 			obj := item.Object
-			trimListItem(obj)
+			reflector.Trim(obj)
 			mask.prune(obj)
 			out.Items = append(out.Items, obj)
 		}
@@ -256,19 +322,6 @@ func (k *Kubernetes) list(ctx context.Context, apiVersion, kind string, namespac
 		}
 	}
 	return json.Marshal(out)
-}
-
-// trimListItem drops what Kubewarden's reflectors drop from the objects
-// they keep: managedFields and the last-applied-configuration annotation.
-func trimListItem(obj map[string]any) {
-	md, ok := obj["metadata"].(map[string]any)
-	if !ok {
-		return
-	}
-	delete(md, "managedFields")
-	if ann, ok := md["annotations"].(map[string]any); ok {
-		delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
-	}
 }
 
 // get answers get_resource, from the cache unless disabled; field masks

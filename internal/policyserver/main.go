@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
+	"k8s.io/client-go/rest"
 
 	"github.com/wardenhq/warden/internal/buildinfo"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/observability"
+	"github.com/wardenhq/warden/internal/reflector"
 )
 
 // Main runs the policy-server command: it parses args (without the program
@@ -55,9 +59,15 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	if getenv("GOMAXPROCS") == "" {
 		SetGOMAXPROCS(opts.Workers)
 	}
-	if opts.HostCapabilities, err = newHostCapabilities(ctx, opts, getenv, logger); err != nil {
+	caps, kube, err := newHostCapabilities(ctx, opts, getenv, logger)
+	if err != nil {
 		logger.Error("policy server failed to start", observability.KeyError, err)
 		return 1
+	}
+	opts.HostCapabilities = caps
+	if kube != nil {
+		defer kube.close()
+		opts.Reflect = kube.Reflect
 	}
 	srv, err := New(ctx, opts, logger)
 	if err != nil {
@@ -79,16 +89,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 // capabilities fail with Kubewarden's "kube::Client was not initialized
 // properly"; a configuration that cannot be read fails the start unless
 // --ignore-kubernetes-connection-failure. Nothing is contacted here.
-func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) string, logger *slog.Logger) (*hostcap.Host, error) {
+func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) string, logger *slog.Logger) (*hostcap.Host, *reflectedKubernetes, error) {
 	registry, err := newFetcher(opts, logger, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var kube *hostcap.Kubernetes
+	var reflected *reflectedKubernetes
 	cfg, err := hostcap.LoadKubeConfig(getenv)
 	if err == nil {
 		cfg.UserAgent = "warden-policy-server/" + buildinfo.String()
-		kube, err = hostcap.NewKubernetes(cfg, hostcap.KubernetesOptions{})
+		reflected, err = newReflectedKubernetes(cfg, logger)
+		if reflected != nil {
+			kube = reflected.Kubernetes
+		}
 	}
 	switch {
 	case errors.Is(err, hostcap.ErrNoKubeConfig):
@@ -96,9 +110,45 @@ func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) 
 	case err != nil && opts.IgnoreKubeFailure:
 		logger.WarnContext(ctx, "Kubernetes configuration ignored: the kubernetes host capabilities will fail", observability.KeyError, err)
 	case err != nil:
-		return nil, fmt.Errorf("kubernetes host capabilities: %w (--ignore-kubernetes-connection-failure starts without them)", err)
+		return nil, nil, fmt.Errorf("kubernetes host capabilities: %w (--ignore-kubernetes-connection-failure starts without them)", err)
 	default:
 		logger.InfoContext(ctx, "kubernetes host capabilities read the API server", observability.KeyAddr, cfg.Host)
 	}
-	return hostcap.NewHost(hostcap.NewDirect(hostcap.Options{Registry: registry, Kubernetes: kube})), nil
+	return hostcap.NewHost(hostcap.NewDirect(hostcap.Options{Registry: registry, Kubernetes: kube})), reflected, nil
+}
+
+// reflectedKubernetes is the Kubernetes of the host capabilities with its
+// reflector store (RFC 004): a SQLite database in a directory of its own,
+// removed when the server stops. The store is a cache, rebuilt from the API
+// server at every start.
+type reflectedKubernetes struct {
+	*hostcap.Kubernetes
+	store *reflector.Store
+	dir   string
+}
+
+func newReflectedKubernetes(cfg *rest.Config, logger *slog.Logger) (*reflectedKubernetes, error) {
+	dir, err := os.MkdirTemp("", "warden-reflectors-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the reflector store: %w", err)
+	}
+	store, err := reflector.Open(filepath.Join(dir, "reflectors.db"))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	kube, err := hostcap.NewKubernetes(cfg, hostcap.KubernetesOptions{Store: store, Logger: logger})
+	if err != nil {
+		store.Close()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &reflectedKubernetes{Kubernetes: kube, store: store, dir: dir}, nil
+}
+
+// close stops the reflectors and removes the store.
+func (k *reflectedKubernetes) close() {
+	k.Kubernetes.Close()
+	_ = k.store.Close()
+	_ = os.RemoveAll(k.dir)
 }

@@ -53,6 +53,10 @@ type Options struct {
 	// options and the environment (newHostCapabilities). Nil: those calls
 	// fail.
 	HostCapabilities engine.HostCapabilities
+	// Reflect, when set, is called at load for each Kubernetes kind the
+	// policies may read, to keep a copy of its objects (RFC 004); an error
+	// is logged, and lists of that kind then go to the API server.
+	Reflect func(apiVersion, kind string) error
 }
 
 // DefaultOptions returns the defaults of every option.

@@ -87,6 +87,15 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", opts.PoliciesPath, err)
 	}
+	// The reflectors list while the modules compile.
+	if opts.Reflect != nil {
+		for _, r := range engine.ReadResources(configs) {
+			if err := opts.Reflect(r.APIVersion, r.Kind); err != nil {
+				logger.WarnContext(ctx, "cannot keep a copy of a Kubernetes kind: its lists go to the API server",
+					"api_version", r.APIVersion, "kind", r.Kind, observability.KeyError, err)
+			}
+		}
+	}
 	s.rt, err = wasm.NewRuntime(ctx, wasm.Config{
 		CacheDir:         opts.CacheDir,
 		MemoryLimitBytes: uint64(opts.MemoryLimitMiB) << 20,
