@@ -8,7 +8,10 @@
 // namespace ("" for a cluster-scoped object: SQLite would not keep a NULL
 // in the primary key unique) and the object as JSON, without managedFields
 // or the kubectl last-applied-configuration annotation, as Kubewarden's
-// reflectors keep them. The reflectors are the single writer, through one
+// reflectors keep them. The primary key is the RFC's (name, namespace) the
+// other way round, and the table is clustered on it (WITHOUT ROWID): a
+// namespace's objects are read by the key, in the order the API server
+// lists them. The reflectors are the single writer, through one
 // connection; readers have a pool of their own, and the write-ahead log
 // lets them read while a reflector writes.
 //
@@ -94,7 +97,7 @@ func (s *Store) Table(ctx context.Context, gvr schema.GroupVersionResource) (*Ta
 	}
 	for _, stmt := range []string{
 		`DROP TABLE IF EXISTS "` + name + `"`,
-		`CREATE TABLE "` + name + `" (name TEXT NOT NULL, namespace TEXT NOT NULL, object TEXT NOT NULL, PRIMARY KEY (name, namespace))`,
+		`CREATE TABLE "` + name + `" (name TEXT NOT NULL, namespace TEXT NOT NULL, object TEXT NOT NULL, PRIMARY KEY (namespace, name)) WITHOUT ROWID`,
 	} {
 		if _, err := s.writer.ExecContext(ctx, stmt); err != nil {
 			return nil, fmt.Errorf("creating the table %s: %w", name, err)
@@ -175,7 +178,7 @@ func (t *Table) upsert(obj any) error {
 		return err
 	}
 	_, err = t.store.writer.Exec(`INSERT INTO "`+t.name+`" (name, namespace, object) VALUES (?, ?, ?)
-		ON CONFLICT (name, namespace) DO UPDATE SET object = excluded.object`, r.name, r.namespace, r.object)
+		ON CONFLICT (namespace, name) DO UPDATE SET object = excluded.object`, r.name, r.namespace, r.object)
 	t.touch()
 	return err
 }

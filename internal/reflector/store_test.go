@@ -226,3 +226,41 @@ func TestReopenedStoreStartsEmpty(t *testing.T) {
 		t.Errorf("reopened: %s", got)
 	}
 }
+
+// BenchmarkTableList reads a table of 1,000 ConfigMap-sized objects, the
+// work of one list_resources_all answered from a reflector.
+func BenchmarkTableList(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "reflectors.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	tbl, err := s.Table(context.Background(), pods)
+	if err != nil {
+		b.Fatal(err)
+	}
+	list := make([]any, 1000)
+	for i := range list {
+		list[i] = object(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("object-%04d", i), map[string]any{
+			"data": map[string]any{"config": strings.Repeat("x", 512)},
+		})
+	}
+	if err := tbl.Replace(list, "1"); err != nil {
+		b.Fatal(err)
+	}
+	ns := "ns-3"
+	b.Run("all", func(b *testing.B) {
+		for b.Loop() {
+			if objects, err := tbl.List(context.Background(), nil); err != nil || len(objects) != 1000 {
+				b.Fatal(len(objects), err)
+			}
+		}
+	})
+	b.Run("namespace", func(b *testing.B) {
+		for b.Loop() {
+			if objects, err := tbl.List(context.Background(), &ns); err != nil || len(objects) != 100 {
+				b.Fatal(len(objects), err)
+			}
+		}
+	})
+}
