@@ -74,32 +74,40 @@ func contextRunner(t *testing.T, p regoPolicy, settings string, granted []Contex
 	return r, rec, logs
 }
 
+// verdict is an evaluation and the answer it should get.
+type verdict struct {
+	name    string
+	in      evalInput
+	allowed bool
+	message string
+}
+
+func checkVerdicts(t *testing.T, r runner, verdicts []verdict) {
+	t.Helper()
+	for _, v := range verdicts {
+		t.Run(v.name, func(t *testing.T) {
+			resp := answer(context.Background(), r, v.in)
+			var msg string
+			if resp.Status != nil {
+				msg = resp.Status.Message
+			}
+			if resp.Allowed != v.allowed || msg != v.message {
+				t.Errorf("got allowed %v %q, want %v %q", resp.Allowed, msg, v.allowed, v.message)
+			}
+		})
+	}
+}
+
 func TestGatekeeperInventory(t *testing.T) {
 	r, rec, _ := contextRunner(t, uniqueIngressHost, "{}", []ContextAwareResource{ingressKind},
 		listed(ingressKind, ingress("shop", "web", "shop.example.com"), ingress("shop", "api", "api.example.com")))
-	tests := []struct {
-		name    string
-		in      evalInput
-		allowed bool
-		message string
-	}{
+	tests := []verdict{
 		{"a host another Ingress has", ingressRequest("news", "blog", "blog.example.com", "shop.example.com"), false,
 			"host <shop.example.com> is taken by ingress shop/web"},
 		{"its own host", ingressRequest("shop", "web", "shop.example.com"), true, ""},
 		{"a free host", ingressRequest("shop", "docs", "docs.example.com"), true, ""},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			resp := answer(context.Background(), r, tt.in)
-			var msg string
-			if resp.Status != nil {
-				msg = resp.Status.Message
-			}
-			if resp.Allowed != tt.allowed || msg != tt.message {
-				t.Errorf("got allowed %v %q, want %v %q", resp.Allowed, msg, tt.allowed, tt.message)
-			}
-		})
-	}
+	checkVerdicts(t, r, tests)
 	// Every evaluation lists the Ingresses afresh: no stale inventory.
 	if got := len(rec.Session().Exchanges); got != len(tests) {
 		t.Errorf("%d lists for %d evaluations", got, len(tests))
@@ -117,29 +125,13 @@ func TestOPAKubernetesData(t *testing.T) {
 		return evalInput{request: []byte(fmt.Sprintf(`{"uid":"u1","kind":{"group":"","version":"v1","kind":"ConfigMap"},`+
 			`"operation":"CREATE","namespace":%q,"name":"new","object":{"metadata":{"name":"new"}}}`, ns)), settings: []byte("{}")}
 	}
-	tests := []struct {
-		name    string
-		in      evalInput
-		allowed bool
-		message string
-	}{
+	tests := []verdict{
 		{"a namespace at its limit", configMap("team-a"), false, "namespace team-a has 2 ConfigMaps already"},
 		{"a namespace under its limit", configMap("team-b"), true, ""},
 		{"a frozen namespace", configMap("ice"), false, "namespace ice is frozen"},
 		{"a Pod where ConfigMaps are at their limit", evalInput{request: request("CREATE", "team-a", pod("p", "{}")), settings: []byte("{}")}, true, ""},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			resp := answer(context.Background(), r, tt.in)
-			var msg string
-			if resp.Status != nil {
-				msg = resp.Status.Message
-			}
-			if resp.Allowed != tt.allowed || msg != tt.message {
-				t.Errorf("got allowed %v %q, want %v %q", resp.Allowed, msg, tt.allowed, tt.message)
-			}
-		})
-	}
+	checkVerdicts(t, r, tests)
 	// Kubewarden's order: the lists, then the plural names, each by
 	// apiVersion and kind.
 	var asked []string
