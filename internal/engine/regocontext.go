@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/wardenhq/warden/internal/metadata"
 )
@@ -22,6 +24,15 @@ type KubernetesReader interface {
 	// ResourcePluralName answers the plural name of a kind (v1/Service:
 	// "services"), as a JSON string.
 	ResourcePluralName(ctx context.Context, apiVersion, kind string) ([]byte, error)
+}
+
+// KubernetesChanges tells whether the objects of a kind changed since a
+// time. A KubernetesReader that implements it (hostcap.Host, when the
+// kind has a reflector) lets a Rego policy's data be kept between
+// evaluations until the cluster changes, as Kubewarden keeps the Gatekeeper
+// inventory. tracked is false when the reader cannot tell.
+type KubernetesChanges interface {
+	ListsChangedSince(apiVersion, kind string, since time.Time) (changed, tracked bool)
 }
 
 // Kubewarden's messages for a context that cannot be built (its
@@ -47,14 +58,17 @@ const (
 //   - gatekeeper mode: data.inventory.cluster.<apiVersion>.<Kind>.<name>
 //     and data.inventory.namespace.<namespace>.<apiVersion>.<Kind>.<name>.
 //
-// Every evaluation lists the kinds afresh. Kubewarden keeps the Gatekeeper
-// inventory until its reflectors see a change; Warden has no reflector
-// store yet (RFC 004), so it trades the cost of the lists for never
-// judging on stale objects.
+// The data is kept while the reader tells that none of the kinds changed
+// (KubernetesChanges); otherwise every evaluation lists them afresh.
 type regoContext struct {
 	resources []ContextAwareResource // by apiVersion, then kind, as Kubewarden asks for them
 	reader    KubernetesReader       // nil: no way to read the cluster
+	changes   KubernetesChanges      // nil: the reader cannot tell
 	logger    *slog.Logger
+
+	mu       sync.Mutex
+	kept     []byte    // the data of the last evaluation
+	keptFrom time.Time // when its lists began
 }
 
 // newRegoContext returns the context of a policy granted resources, or nil
@@ -71,7 +85,8 @@ func newRegoContext(resources []ContextAwareResource, caps HostCapabilities, log
 		return strings.Compare(a.Kind, b.Kind)
 	})
 	reader, _ := caps.(KubernetesReader)
-	return &regoContext{resources: slices.Compact(rs), reader: reader, logger: logger}
+	changes, _ := caps.(KubernetesChanges)
+	return &regoContext{resources: slices.Compact(rs), reader: reader, changes: changes, logger: logger}
 }
 
 // contextError fails an evaluation with its message as it is, code 500,
@@ -138,6 +153,42 @@ func (rc *regoContext) lists(ctx context.Context) ([][]object, error) {
 
 // data returns the data document of one evaluation in mode.
 func (rc *regoContext) data(ctx context.Context, mode string, settings json.RawMessage) ([]byte, error) {
+	rc.mu.Lock()
+	kept, from := rc.kept, rc.keptFrom
+	rc.mu.Unlock()
+	if kept != nil && !rc.changedSince(from) {
+		return kept, nil
+	}
+	start := time.Now()
+	data, err := rc.build(ctx, mode, settings)
+	if err != nil {
+		return nil, err
+	}
+	if rc.changes != nil {
+		rc.mu.Lock()
+		if start.After(rc.keptFrom) {
+			rc.kept, rc.keptFrom = data, start
+		}
+		rc.mu.Unlock()
+	}
+	return data, nil
+}
+
+// changedSince reports whether any of the kinds may have changed since.
+func (rc *regoContext) changedSince(since time.Time) bool {
+	if rc.changes == nil {
+		return true
+	}
+	for _, r := range rc.resources {
+		if changed, tracked := rc.changes.ListsChangedSince(r.APIVersion, r.Kind, since); changed || !tracked {
+			return true
+		}
+	}
+	return false
+}
+
+// build lists the kinds and builds the data from them.
+func (rc *regoContext) build(ctx context.Context, mode string, settings json.RawMessage) ([]byte, error) {
 	lists, err := rc.lists(ctx)
 	if err != nil {
 		return nil, err

@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/logtest"
@@ -210,4 +212,106 @@ func TestRegoContextErrors(t *testing.T) {
 			t.Errorf("got %v", err)
 		}
 	})
+}
+
+// BenchmarkGatekeeperInventory evaluates the unique-host policy against an
+// inventory of 1,000 Ingresses: listed (here from a replayed session),
+// built and parsed into the guest at every evaluation, or kept while the
+// cluster does not change, when only the guest's parse of it remains.
+func BenchmarkGatekeeperInventory(b *testing.B) {
+	items := make([]string, 1000)
+	for i := range items {
+		items[i] = ingress(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("ingress-%04d", i), fmt.Sprintf("host-%04d.example.com", i))
+	}
+	session := &hostcap.Session{Exchanges: []hostcap.Exchange{listed(ingressKind, items...)}}
+	for _, tracked := range []bool{false, true} {
+		name := map[bool]string{false: "listed", true: "kept"}[tracked]
+		b.Run(name, func(b *testing.B) {
+			rt := newTestRuntime(b)
+			mod, err := rt.CompileOPA(context.Background(), regoBuild(b, uniqueIngressHost))
+			if err != nil {
+				b.Fatal(err)
+			}
+			caps := &changeClock{Host: hostcap.NewHost(hostcap.NewReplayer(session, "cluster.yml", nil)), tracked: tracked}
+			r, err := newRegoRunner(context.Background(), rt, mod, metadata.ModeGatekeeper, []byte("{}"),
+				newRegoContext([]ContextAwareResource{ingressKind}, caps, slog.New(slog.DiscardHandler)), 2, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer r.close(context.Background())
+			in := ingressRequest("news", "blog", "host-0500.example.com")
+			for b.Loop() {
+				if resp := answer(context.Background(), r, in); resp.Allowed {
+					b.Fatal("accepted a taken host")
+				}
+			}
+		})
+	}
+}
+
+// changeClock stands in for the reflectors' change tracking, which needs a
+// cluster (test/cluster covers it): the kinds changed when it says.
+type changeClock struct {
+	*hostcap.Host
+	mu      sync.Mutex
+	changed time.Time
+	tracked bool
+}
+
+func (c *changeClock) ListsChangedSince(_, _ string, since time.Time) (bool, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed.After(since), c.tracked
+}
+
+func (c *changeClock) change() {
+	c.mu.Lock()
+	c.changed = time.Now()
+	c.mu.Unlock()
+}
+
+// TestRegoContextKeptUntilChange: the data is built once and kept while
+// the reader tells nothing changed; a change, or a reader that cannot tell,
+// lists again.
+func TestRegoContextKeptUntilChange(t *testing.T) {
+	rt := newTestRuntime(t)
+	mod, err := rt.CompileOPA(context.Background(), regoBuild(t, uniqueIngressHost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := hostcap.NewRecorder(hostcap.NewReplayer(&hostcap.Session{Exchanges: []hostcap.Exchange{
+		listed(ingressKind, ingress("shop", "web", "shop.example.com")),
+	}}, "cluster.yml", nil))
+	clock := &changeClock{Host: hostcap.NewHost(rec), tracked: true}
+	r, err := newRegoRunner(context.Background(), rt, mod, metadata.ModeGatekeeper, []byte("{}"),
+		newRegoContext([]ContextAwareResource{ingressKind}, clock, slog.New(slog.DiscardHandler)), 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close(context.Background())
+	lists := func() int { return len(rec.Session().Exchanges) }
+	evaluate := func() {
+		t.Helper()
+		if resp := answer(context.Background(), r, ingressRequest("news", "blog", "shop.example.com")); resp.Allowed {
+			t.Fatal("a taken host was accepted")
+		}
+	}
+	evaluate()
+	evaluate()
+	if n := lists(); n != 1 {
+		t.Errorf("%d lists for two evaluations without a change, want 1", n)
+	}
+	clock.change()
+	evaluate()
+	evaluate()
+	if n := lists(); n != 2 {
+		t.Errorf("%d lists after a change, want 2", n)
+	}
+	clock.mu.Lock()
+	clock.tracked = false
+	clock.mu.Unlock()
+	evaluate()
+	if n := lists(); n != 3 {
+		t.Errorf("%d lists when changes cannot be told, want 3", n)
+	}
 }

@@ -63,6 +63,17 @@ func (h *Host) ResourcePluralName(ctx context.Context, apiVersion, kind string) 
 	return h.handler.Handle(ctx, KubernetesGetResourcePluralName{APIVersion: apiVersion, Kind: kind})
 }
 
+// ListsChangedSince tells whether the objects of a kind changed since a
+// time: it implements the engine's KubernetesChanges. Only a Direct
+// handler whose Kubernetes keeps a reflector of the kind can tell.
+func (h *Host) ListsChangedSince(apiVersion, kind string, since time.Time) (changed, tracked bool) {
+	d, ok := h.handler.(*Direct)
+	if !ok || d.kube == nil {
+		return false, false
+	}
+	return d.kube.ListsChangedSince(apiVersion, kind, since)
+}
+
 // Options configure a Direct handler.
 type Options struct {
 	// Registry reads manifests, blobs and signatures, under its sources.yml

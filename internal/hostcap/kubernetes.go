@@ -188,17 +188,26 @@ func (k *Kubernetes) Reflect(apiVersion, kind string) error {
 	return err
 }
 
-// WaitReflected waits until every reflector holds a full list, or ctx is
-// done; it returns the resources still listing.
-func (k *Kubernetes) WaitReflected(ctx context.Context) []string {
+// ListsChangedSince tells whether the objects of a kind changed since a
+// time; tracked is false unless a reflector of the kind holds a full list.
+func (k *Kubernetes) ListsChangedSince(apiVersion, kind string, since time.Time) (changed, tracked bool) {
 	if k.reflectors == nil {
-		return nil
+		return false, false
 	}
-	var pending []string
-	for _, gvr := range k.reflectors.WaitSynced(ctx) {
-		pending = append(pending, gvr.String())
+	m, err := k.mapping(apiVersion, kind)
+	if err != nil {
+		return false, false
 	}
-	return pending
+	t := k.reflectors.Table(m.Resource)
+	if t == nil {
+		return false, false
+	}
+	select {
+	case <-t.Synced():
+		return t.ChangedSince(since), true
+	default:
+		return false, false
+	}
 }
 
 // Close stops the reflectors.

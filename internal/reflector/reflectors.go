@@ -108,23 +108,3 @@ func (r *Reflectors) Stop() {
 	r.cancel()
 	r.wg.Wait()
 }
-
-// WaitSynced waits until every table holds a full list, or ctx is done;
-// it returns the resources whose reflectors are still listing.
-func (r *Reflectors) WaitSynced(ctx context.Context) []schema.GroupVersionResource {
-	r.mu.Lock()
-	tables := make(map[schema.GroupVersionResource]*Table, len(r.tables))
-	for gvr, t := range r.tables {
-		tables[gvr] = t
-	}
-	r.mu.Unlock()
-	var pending []schema.GroupVersionResource
-	for gvr, t := range tables {
-		select {
-		case <-t.Synced():
-		case <-ctx.Done():
-			pending = append(pending, gvr)
-		}
-	}
-	return pending
-}

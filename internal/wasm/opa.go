@@ -285,10 +285,17 @@ func (o *OPA) get(ctx context.Context) (*opaInstance, error) {
 	return o.instantiate(ctx)
 }
 
-// put keeps a used instance, or closes it when its memory grew or enough
-// instances are idle.
+// keptOPAMemory is how large an instance's memory may have grown and the
+// instance still be kept. The next evaluation starts from the heap pointer
+// of after the data, whatever the size, so this bounds only the memory
+// idle instances hold: enough for the cluster data a Rego policy reads at
+// every evaluation (EvalWithData), not for a one-off huge request.
+const keptOPAMemory = 16 << 20
+
+// put keeps a used instance, or closes it when its memory grew past
+// keptOPAMemory or enough instances are idle.
 func (o *OPA) put(ctx context.Context, in *opaInstance) {
-	if in.mod.Memory().Size() != in.memSize || !o.idle.keep(in) {
+	if size := in.mod.Memory().Size(); size != in.memSize && size > keptOPAMemory || !o.idle.keep(in) {
 		in.close(ctx)
 	}
 }

@@ -219,3 +219,30 @@ func jsonEqual(a, b []byte) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
+
+// TestOPAEvalWithData: data given to one evaluation serves that evaluation
+// only, also when parsing it grew the instance's memory and the instance
+// is kept for the next.
+func TestOPAEvalWithData(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	o := newOPA(t, rt, "abi.rego", "abi/result", `{"greeting":"hello"}`, 1)
+	var f fakeBuiltins
+	ctx := context.Background()
+	input := []byte(`{"name":"n","size":"1Ki","members":["a"]}`)
+	before, err := o.Eval(ctx, input, f.call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := fmt.Sprintf(`{"greeting":"big","padding":%q}`, strings.Repeat("x", 4<<20))
+	for range 3 {
+		out, err := o.EvalWithData(ctx, input, []byte(big), f.call)
+		// The fake sprintf echoes its arguments.
+		if err != nil || !strings.Contains(string(out), `[\"big\", \"n\"]`) {
+			t.Fatalf("with data: %.200s, %v", out, err)
+		}
+	}
+	after, err := o.Eval(ctx, input, f.call)
+	if err != nil || !jsonEqual(after, before) {
+		t.Errorf("after: %s, %v; want %s", after, err, before)
+	}
+}

@@ -105,10 +105,19 @@ frozen-namespaces:
 	if err := c.Delete(t.Context(), web); err != nil {
 		t.Fatal(err)
 	}
-	// The policy server's reflector sees the deletion through its watch.
+	// The policy server's reflector sees the deletion through its watch,
+	// and the inventory kept since the last evaluation is built again.
 	eventually(t, "an Ingress for a host freed is accepted", func() bool {
 		allowed, _ := validate("unique-hosts", "Ingress", "news", blog)
 		return allowed
+	})
+	mustCreate(t, c, &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-again"},
+		Spec:       networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{Host: "shop.example.com"}}},
+	})
+	eventually(t, "an Ingress for a host taken again is rejected", func() bool {
+		allowed, msg := validate("unique-hosts", "Ingress", "news", blog)
+		return !allowed && msg == "host <shop.example.com> is taken by ingress shop/web-again"
 	})
 	if allowed, msg := validate("frozen-namespaces", "Pod", "ice", `{"metadata":{"name":"p"}}`); allowed || msg != "namespace ice is frozen" {
 		t.Errorf("a Pod in a frozen namespace: allowed %v %q", allowed, msg)
