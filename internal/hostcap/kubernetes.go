@@ -77,8 +77,8 @@ type KubernetesOptions struct {
 	// Now is the clock of the get_resource and can_i caches; nil means
 	// time.Now.
 	Now func() time.Time
-	// Store, when set, keeps the objects of the kinds Reflect is called
-	// for (RFC 004), and lists of those kinds are answered from it.
+	// Store, when set, keeps the objects of the kinds listed (RFC 004),
+	// and lists are answered from it.
 	Store *reflector.Store
 	// Logger receives the reflectors' news; nil discards it.
 	Logger *slog.Logger
@@ -91,11 +91,12 @@ type KubernetesOptions struct {
 // every 10 s), and can_i (a SubjectAccessReview); and, for the data of Rego
 // policies, the plural names of kinds.
 //
-// The lists of a kind that Reflect was called for are answered from a
-// reflector: a copy of the kind's objects, kept in the SQLite store of RFC
-// 004 by a list-and-watch of the API server (internal/reflector), with
-// selectors evaluated on the copies. Other lists are direct calls to the
-// API server. Either way the items lose their managedFields and
+// With a Store, lists are answered from reflectors: a copy of each kind's
+// objects, kept in the SQLite store of RFC 004 by a list-and-watch of the
+// API server (internal/reflector), with selectors evaluated on the copies.
+// Reflect starts a kind's reflector ahead of its first list, which would
+// otherwise start it. Without a Store, lists are direct calls to the API
+// server. Either way the items lose their managedFields and
 // last-applied-configuration annotation, as a Kubewarden reflector's do.
 // get_resource and can_i answers are cached 5 s unless the request sets
 // disable_cache.
@@ -297,16 +298,23 @@ func (k *Kubernetes) list(ctx context.Context, apiVersion, kind string, namespac
 	out := kubeList{APIVersion: apiVersion, Kind: kind + "List", Items: []any{}}
 	mask := newMask(masks)
 	if k.reflectors != nil {
-		objects, ok, err := k.reflectors.List(ctx, m.Resource, namespace)
+		// A kind Reflect did not start (discovery failed at boot) gets its
+		// reflector now, as Kubewarden starts its reflectors on first use.
+		t, err := k.reflectors.Start(m.Resource)
+		if err == nil {
+			err = t.WaitSynced(ctx)
+		}
 		if err != nil {
 			return nil, err
 		}
-		if ok {
-			if out.Items, err = selectObjects(objects, labelSelector, fieldSelector, mask); err != nil {
-				return nil, err
-			}
-			return json.Marshal(out)
+		objects, err := t.List(ctx, namespace)
+		if err != nil {
+			return nil, err
 		}
+		if out.Items, err = selectObjects(objects, labelSelector, fieldSelector, mask); err != nil {
+			return nil, err
+		}
+		return json.Marshal(out)
 	}
 	opts := metav1.ListOptions{Limit: listPageSize}
 	if labelSelector != nil {

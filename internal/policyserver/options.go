@@ -54,8 +54,8 @@ type Options struct {
 	// fail.
 	HostCapabilities engine.HostCapabilities
 	// Reflect, when set, is called at load for each Kubernetes kind the
-	// policies may read, to keep a copy of its objects (RFC 004); an error
-	// is logged, and lists of that kind then go to the API server.
+	// policies may read, to start keeping a copy of its objects (RFC 004);
+	// an error is logged, and the kind's first list tries again.
 	Reflect func(apiVersion, kind string) error
 }
 

@@ -2,7 +2,6 @@ package reflector
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -84,23 +83,6 @@ func (r *Reflectors) Table(gvr schema.GroupVersionResource) *Table {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.tables[gvr]
-}
-
-// List returns the objects of gvr (of namespace only, when not nil) from
-// its reflector's table, waiting until it holds a full list or ctx is
-// done. ok is false when no reflector runs for gvr.
-func (r *Reflectors) List(ctx context.Context, gvr schema.GroupVersionResource, namespace *string) (objects []json.RawMessage, ok bool, err error) {
-	t := r.Table(gvr)
-	if t == nil {
-		return nil, false, nil
-	}
-	select {
-	case <-t.Synced():
-	case <-ctx.Done():
-		return nil, true, fmt.Errorf("waiting for the reflector of %s to list its objects: %w", gvr, ctx.Err())
-	}
-	objects, err = t.List(ctx, namespace)
-	return objects, true, err
 }
 
 // Stop stops every reflector and waits for them.

@@ -124,6 +124,16 @@ type Table struct {
 // Synced is closed once the table holds a full list of the resource.
 func (t *Table) Synced() <-chan struct{} { return t.synced }
 
+// WaitSynced waits until the table holds a full list, or ctx is done.
+func (t *Table) WaitSynced(ctx context.Context) error {
+	select {
+	case <-t.synced:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the reflector of %s to list its objects: %w", t.name, ctx.Err())
+	}
+}
+
 // ChangedSince reports whether the table was written after since.
 func (t *Table) ChangedSince(since time.Time) bool {
 	t.mu.Lock()
