@@ -21,7 +21,8 @@
 //
 // Caching follows Kubewarden: OCI and signature answers are kept 60 s,
 // get_resource and can_i answers 5 s unless the request disables the cache;
-// only successes are kept.
+// only successes are kept. Lists are answered from reflectors
+// (internal/reflector) when the Kubernetes was given a store.
 //
 // This package must not import wazero, internal/wasm or internal/engine: the
 // engine depends on it through a small interface of its own.

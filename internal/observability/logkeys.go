@@ -35,4 +35,8 @@ const (
 	KeyPath = "path"
 	// KeyAddr is a network address, for example the one a server listens on.
 	KeyAddr = "addr"
+	// KeyAPIVersion is the apiVersion of a Kubernetes kind a policy reads.
+	KeyAPIVersion = "api_version"
+	// KeyTable is a table of the reflector store.
+	KeyTable = "table"
 )

@@ -92,7 +92,7 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		for _, r := range engine.ReadResources(configs) {
 			if err := opts.Reflect(r.APIVersion, r.Kind); err != nil {
 				logger.WarnContext(ctx, "cannot start the reflector of a Kubernetes kind yet: its first list will try again",
-					"api_version", r.APIVersion, "kind", r.Kind, observability.KeyError, err)
+					observability.KeyAPIVersion, r.APIVersion, observability.KeyKind, r.Kind, observability.KeyError, err)
 			}
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/wardenhq/warden/internal/observability"
 )
 
 // Reflectors keeps one reflector per resource, each a client-go Reflector
@@ -74,7 +76,7 @@ func (r *Reflectors) Start(gvr schema.GroupVersionResource) (*Table, error) {
 		defer r.wg.Done()
 		ref.RunWithContext(r.ctx)
 	}()
-	r.logger.Info("reflector started", "resource", gvr.String(), "table", TableName(gvr))
+	r.logger.Info("reflector started", observability.KeyResource, gvr.String(), observability.KeyTable, TableName(gvr))
 	return t, nil
 }
 

@@ -16,7 +16,10 @@
 // lets them read while a reflector writes.
 //
 // Reflectors (reflectors.go) fill the tables from list-and-watch streams of
-// the API server and answer lists from them.
+// the API server.
+//
+// This package knows nothing of policies or host calls: it imports nothing
+// of Warden but internal/observability's log keys.
 package reflector
 
 import (
