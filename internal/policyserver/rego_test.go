@@ -1,7 +1,6 @@
 package policyserver_test
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,20 +10,11 @@ import (
 	"github.com/wardenhq/warden/internal/rego/regotest"
 )
 
-// regoModule builds a Rego policy of testdata/rego to wasm, annotates it with
-// the execution mode and returns its file:// URL.
+// regoModule builds a Rego policy of testdata/rego for mode and returns
+// the file:// URL of the annotated module.
 func regoModule(t *testing.T, file, entrypoint, mode string) string {
 	t.Helper()
-	src := filepath.Join("..", "..", "testdata", "rego", file)
-	annotated, err := metadata.Embed(regotest.Build(t, src, entrypoint), &metadata.Metadata{ExecutionMode: mode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), strings.ReplaceAll(file, "/", "-")+".wasm")
-	if err := os.WriteFile(path, annotated, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return "file://" + path
+	return regotest.ModuleFile(t, filepath.Join("..", "..", "testdata", "rego", file), entrypoint, mode)
 }
 
 func TestRegoPolicies(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,20 +19,11 @@ import (
 	"github.com/wardenhq/warden/internal/rego/regotest"
 )
 
-// regoModule builds a Rego policy of testdata/rego for mode and returns the
-// file:// URL of the annotated module.
+// regoModule builds a Rego policy of testdata/rego for mode and returns
+// the file:// URL of the annotated module.
 func regoModule(t *testing.T, file, entrypoint, mode string) string {
 	t.Helper()
-	wasm := regotest.Build(t, filepath.Join("..", "..", "testdata", "rego", file), entrypoint)
-	annotated, err := metadata.Embed(wasm, &metadata.Metadata{ExecutionMode: mode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "policy.wasm")
-	if err := os.WriteFile(path, annotated, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return "file://" + path
+	return regotest.ModuleFile(t, filepath.Join("..", "..", "testdata", "rego", file), entrypoint, mode)
 }
 
 // TestRegoContextAware runs Rego policies granted Kubernetes resources

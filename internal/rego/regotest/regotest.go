@@ -16,6 +16,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/compile"
 	"github.com/open-policy-agent/opa/v1/version"
+
+	"github.com/wardenhq/warden/internal/metadata"
 )
 
 // keyVersion changes when the way a module is built from the same inputs
@@ -95,4 +97,21 @@ func cacheDir(t testing.TB) string {
 		}
 	}
 	return t.TempDir()
+}
+
+// ModuleFile builds the Rego file at path as Build does, embeds metadata
+// with the execution mode (metadata.ModeOPA or metadata.ModeGatekeeper), as
+// kwctl annotate would, and returns the file:// URL of the module, written
+// in the test's temporary directory.
+func ModuleFile(t testing.TB, path, entrypoint, mode string) string {
+	t.Helper()
+	annotated, err := metadata.Embed(Build(t, path, entrypoint), &metadata.Metadata{ExecutionMode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "policy.wasm")
+	if err := os.WriteFile(out, annotated, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return "file://" + out
 }
