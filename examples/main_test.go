@@ -137,7 +137,7 @@ team-fallback:
 			t.Errorf("serve: %v", err)
 		}
 	})
-	readyCtx, cancelReady := context.WithTimeout(t.Context(), 30*time.Second)
+	readyCtx, cancelReady := context.WithTimeout(t.Context(), 3*time.Minute) // compiles the example policies
 	defer cancelReady()
 	if !waitReady(readyCtx, "http://"+srv.ReadinessAddr().String()+"/readiness") {
 		t.Fatal("the server never became ready")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,6 +30,7 @@ import (
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 	"github.com/wardenhq/warden/internal/buildinfo"
+	"github.com/wardenhq/warden/internal/cmdline"
 	"github.com/wardenhq/warden/internal/pki"
 )
 
@@ -44,14 +44,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
 	opts.AddFlags(fs)
 	version := fs.Bool("version", false, "Print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := cmdline.Parse(fs, args, stdout, stderr); done {
+		return code
 	}
 	if *version {
 		fmt.Fprintf(stdout, "controller (Warden) %s\n", buildinfo.String())

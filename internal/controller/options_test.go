@@ -42,3 +42,17 @@ func TestOptions(t *testing.T) {
 		})
 	}
 }
+
+// The command reports a command line it cannot parse instead of exiting 2
+// in silence.
+func TestMainCommandLine(t *testing.T) {
+	for _, args := range [][]string{{"--polices", "x"}, {"--webhook-server-port", "abc"}} {
+		var stdout, stderr strings.Builder
+		if code := Main(t.Context(), args, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
+		if !strings.HasPrefix(stderr.String(), "Error: ") || !strings.Contains(stderr.String(), "--deployments-namespace string") {
+			t.Errorf("%q: stderr = %q, want the error and the usage", args, stderr.String())
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/wardenhq/warden/internal/buildinfo"
+	"github.com/wardenhq/warden/internal/cmdline"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/observability"
 	"github.com/wardenhq/warden/internal/reflector"
@@ -25,14 +26,10 @@ import (
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	opts := DefaultOptions()
 	fs := pflag.NewFlagSet("policy-server", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
 	opts.AddFlags(fs)
 	version := fs.Bool("version", false, "Print the version and exit")
-	if err := fs.Parse(NormalizeSeconds(args)); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := cmdline.Parse(fs, NormalizeSeconds(args), stdout, stderr); done {
+		return code
 	}
 	if *version {
 		fmt.Fprintf(stdout, "policy-server (Warden) %s, compatible with Kubewarden %s\n", buildinfo.String(), CompatVersion)

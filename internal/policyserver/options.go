@@ -147,7 +147,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MemoryLimitMiB, "memory-limit", o.MemoryLimitMiB, "Memory cap of one policy instance, in MiB")
 	fs.Int64Var(&o.MaxRequestBodySize, "max-request-body-bytes", o.MaxRequestBodySize, "Largest request body accepted")
 	fs.BoolVar(&o.NativeCELPolicy, "native-cel-policy", o.NativeCELPolicy, "Run Kubewarden's published cel-policy module natively, with the same answers; false runs its wasm (as --verification-path does, so that the module is verified)")
-	_ = fs.MarkHidden("continue-on-errors")
 }
 
 // ApplyEnv sets every flag not given on the command line from its

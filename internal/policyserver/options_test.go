@@ -89,3 +89,34 @@ func TestOptions(t *testing.T) {
 		})
 	}
 }
+
+// The command reports a command line it cannot parse, as wardenctl does,
+// instead of exiting 2 in silence; --help goes to stdout and lists every
+// flag.
+func TestMainCommandLine(t *testing.T) {
+	tests := []struct {
+		args                []string
+		wantCode            int
+		wantStdout, wantErr string
+	}{
+		{[]string{"--polices", "x"}, 2, "", "Error: unknown flag: --polices"},
+		{[]string{"--port", "abc"}, 2, "", `Error: invalid argument "abc" for "--port" flag`},
+		{[]string{"--daemon"}, 2, "", "Error: unknown flag: --daemon"},
+		{[]string{"--help"}, 0, "--continue-on-errors", ""},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			code := Main(t.Context(), tt.args, &stdout, &stderr, func(string) string { return "" })
+			if code != tt.wantCode {
+				t.Errorf("exit %d, want %d", code, tt.wantCode)
+			}
+			if tt.wantErr != "" && (!strings.Contains(stderr.String(), tt.wantErr) || !strings.Contains(stderr.String(), "--policies string")) {
+				t.Errorf("stderr = %q, want %q and the usage", stderr.String(), tt.wantErr)
+			}
+			if tt.wantStdout != "" && !strings.Contains(stdout.String(), tt.wantStdout) {
+				t.Errorf("stdout = %q, want it to list %s", stdout.String(), tt.wantStdout)
+			}
+		})
+	}
+}

@@ -65,6 +65,11 @@ func (h *recordingHost) HostCall(_ context.Context, binding, ns, op string, payl
 	return nil, errors.New("not granted")
 }
 
+// withTimeout returns a context that expires after d. Go evaluates a call's
+// arguments left to right, so a deadline made in the argument list starts
+// before any later argument's work: compile modules first, then call with
+// withTimeout, so the deadline bounds only the guest call (compiling under
+// -race on a loaded machine has taken 34 s).
 func withTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
@@ -228,8 +233,8 @@ func TestWapcGarbageIsReturnedAsIs(t *testing.T) {
 func TestRunWASI(t *testing.T) {
 	rt := newRuntime(t, wasm.Config{})
 	t.Run("host.call log and accept", func(t *testing.T) {
-		host := &recordingHost{}
-		res, err := rt.RunWASI(withTimeout(t, 10*time.Second), compile(t, rt, "wasi-log"), host, "validate",
+		m, host := compile(t, rt, "wasi-log"), &recordingHost{}
+		res, err := rt.RunWASI(withTimeout(t, 10*time.Second), m, host, "validate",
 			[]byte(`{"request":{"kind":{"kind":"Pod"},"object":{"metadata":{"name":"p"}}},"settings":{}}`))
 		if err != nil {
 			t.Fatal(err)
@@ -242,8 +247,8 @@ func TestRunWASI(t *testing.T) {
 		}
 	})
 	t.Run("kubewarden:javy/host call", func(t *testing.T) {
-		host := &recordingHost{}
-		res, err := rt.RunWASI(withTimeout(t, 10*time.Second), compile(t, rt, "wasi-javy-log"), host, "validate", []byte(`{}`))
+		m, host := compile(t, rt, "wasi-javy-log"), &recordingHost{}
+		res, err := rt.RunWASI(withTimeout(t, 10*time.Second), m, host, "validate", []byte(`{}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,14 +257,16 @@ func TestRunWASI(t *testing.T) {
 		}
 	})
 	t.Run("non-zero exit carries stderr", func(t *testing.T) {
-		_, err := rt.RunWASI(withTimeout(t, 10*time.Second), compile(t, rt, "wasi-fail"), nil, "validate", []byte(`{}`))
+		m := compile(t, rt, "wasi-fail")
+		_, err := rt.RunWASI(withTimeout(t, 10*time.Second), m, nil, "validate", []byte(`{}`))
 		var exit *wasm.ExitError
 		if !errors.As(err, &exit) || exit.Code == 0 || exit.Stderr != "something went wrong" {
 			t.Errorf("error = %#v, want an ExitError with the stderr", err)
 		}
 	})
 	t.Run("a waPC module is not a command", func(t *testing.T) {
-		_, err := rt.RunWASI(withTimeout(t, 10*time.Second), compile(t, rt, "labels"), nil, "validate", nil)
+		m := compile(t, rt, "labels")
+		_, err := rt.RunWASI(withTimeout(t, 10*time.Second), m, nil, "validate", nil)
 		if err == nil || !strings.Contains(err.Error(), "not a WASI command") {
 			t.Errorf("error = %v", err)
 		}
