@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
@@ -44,7 +45,13 @@ type Engine struct {
 	alwaysAcceptNamespace string
 	recorder              Recorder
 	logger                *slog.Logger
-	runners               []runner
+
+	// As a snapshot of an Environment: the entries it serves, and its
+	// users (the environment while it is current, and the requests on it).
+	entries []*entry
+	refs    atomic.Int64
+	// owner is the environment Load made for this engine alone.
+	owner *Environment
 }
 
 // Policy is one loaded policy.
@@ -65,6 +72,9 @@ type Policy struct {
 	// initErr is set when the policy failed to load and the engine was
 	// built with ContinueOnErrors: every request is rejected with it.
 	initErr error
+	// release gives back what the policy holds (its runner, or its share
+	// of one); nil when it holds nothing.
+	release func(ctx context.Context)
 }
 
 // Policy returns the loaded policy with that id.
@@ -76,10 +86,11 @@ func (e *Engine) Policy(id string) (*Policy, bool) {
 // PolicyIDs returns the ids of the loaded policies, sorted.
 func (e *Engine) PolicyIDs() []string { return sortedKeys(e.policies) }
 
-// Close releases the policies' instances.
+// Close releases the policies' instances of an engine that Load returned.
+// A snapshot of an Environment is released by the environment.
 func (e *Engine) Close(ctx context.Context) {
-	for _, r := range e.runners {
-		r.close(ctx)
+	if e.owner != nil {
+		e.owner.Close(ctx)
 	}
 }
 

@@ -64,103 +64,28 @@ const loadTimeout = 60 * time.Second
 // Load loads every policy: fetches and compiles its module, checks its
 // metadata and validates its settings. Without ContinueOnErrors the first
 // failure (in id order) is returned; with it, failed policies are kept and
-// answer every request with their error.
+// answer every request with their error. The engine is fixed: a server
+// that changes its policies uses an Environment.
 func Load(ctx context.Context, configs map[string]*PolicyConfig, opts Options) (*Engine, error) {
-	if opts.Runtime == nil {
-		return nil, errors.New("engine: a wasm runtime is required")
+	env, err := NewEnvironment(opts)
+	if err != nil {
+		return nil, err
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+	if err := env.Init(ctx, configs); err != nil {
+		return nil, err
 	}
-	if opts.Recorder == nil {
-		opts.Recorder = nopRecorder{}
-	}
-	if opts.Workers <= 0 {
-		opts.Workers = runtime.NumCPU()
-	}
-	if opts.Fetch == nil {
-		opts.Fetch = FetchFile
-	}
-	e := &Engine{
-		policies:              make(map[string]*Policy, len(configs)),
-		alwaysAcceptNamespace: opts.AlwaysAcceptNamespace,
-		recorder:              opts.Recorder,
-		logger:                opts.Logger,
-	}
-	l := &loader{opts: opts, modules: map[string]*moduleLoad{}}
-	ids := sortedKeys(configs)
-
-	// Fetch and compile every distinct module in parallel first.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for _, id := range ids {
-		for _, uri := range configs[id].modules() {
-			if ml := l.module(uri); !l.native(uri) && ml.claim() {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					sem <- struct{}{}
-					defer func() { <-sem }()
-					ml.load(ctx, uri, opts)
-				}()
-			}
-		}
-	}
-	wg.Wait()
-
-	var errs []error
-	add := func(id string, c *PolicyConfig, p *Policy, err error) {
-		if err != nil {
-			err = fmt.Errorf("policy %q: %w", id, err)
-			if !opts.ContinueOnErrors {
-				errs = append(errs, err)
-				return
-			}
-			opts.Logger.ErrorContext(ctx, "policy failed to load; it will reject every request",
-				observability.KeyPolicyID, id, observability.KeyError, err)
-			p = &Policy{ID: id, Mode: c.Mode(), initErr: errors.Unwrap(err)}
-		}
-		e.policies[id] = p
-	}
-	for _, id := range ids {
-		c := configs[id]
-		if !c.IsGroup() {
-			p, err := l.policy(ctx, id, c)
-			add(id, c, p, err)
-			continue
-		}
-		g, members, err := l.group(ctx, id, c)
-		for _, m := range members {
-			// A member's failure is reported once, with its group's.
-			switch {
-			case m.err == nil:
-				e.policies[m.ID] = m.policy
-			case opts.ContinueOnErrors:
-				e.policies[m.ID] = &Policy{ID: m.ID, Mode: ModeProtect, initErr: m.err}
-			}
-		}
-		add(id, c, g, err)
-	}
-	e.runners = l.runners()
-	if len(errs) > 0 {
-		e.Close(ctx)
-		return nil, errors.Join(errs...)
-	}
-	// Guest initialisation and settings validation ran code that requests
-	// mostly do not: let its pages leave the resident set.
-	opts.Runtime.ReleaseCode()
+	e := env.Engine()
+	e.owner = env
 	return e, nil
 }
 
-// loader holds what Load shares between policies: modules by URI and the
-// waPC pools by module digest.
+// loader builds the policies of one change of an Environment: it fetches
+// and compiles their modules, by URI, and releases its own references to
+// them when done (the runners built from them hold theirs).
 type loader struct {
 	opts    Options
+	env     *Environment
 	modules map[string]*moduleLoad
-	mu      sync.Mutex
-	wapc    map[string]*wasm.Wapc
-	wasi    map[string]wasiRunner // by module digest
-	owned   []runner              // runners of a single policy
 }
 
 type moduleLoad struct {
@@ -168,6 +93,45 @@ type moduleLoad struct {
 	mod     *wasm.Module
 	meta    *metadata.Metadata
 	err     error
+}
+
+// compileAll fetches and compiles every distinct module of configs, in
+// parallel.
+func (l *loader) compileAll(ctx context.Context, configs map[string]*PolicyConfig) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, id := range sortedKeys(configs) {
+		for _, uri := range configs[id].modules() {
+			if ml := l.module(uri); !l.native(uri) && ml.claim() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					sem <- struct{}{}
+					defer func() { <-sem }()
+					ml.load(ctx, uri, l.opts)
+				}()
+			}
+		}
+	}
+	wg.Wait()
+}
+
+// releaseModules drops the loader's references to the modules it compiled.
+func (l *loader) releaseModules(ctx context.Context) {
+	for _, ml := range l.modules {
+		l.opts.Runtime.Release(ctx, ml.mod)
+	}
+}
+
+// digest names the module of uri as PolicyStatus does.
+func (l *loader) digest(uri string) string {
+	if l.native(uri) {
+		return "builtin"
+	}
+	if ml, ok := l.modules[uri]; ok && ml.mod != nil {
+		return "sha256:" + ml.mod.Digest
+	}
+	return ""
 }
 
 func (l *loader) module(uri string) *moduleLoad {
@@ -260,7 +224,7 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Polic
 	}
 	initCtx, cancel := context.WithTimeout(ctx, cmp(p.timeout, loadTimeout))
 	defer cancel()
-	run, err := l.runner(initCtx, id, c, ml)
+	run, release, err := l.runner(initCtx, id, c, ml)
 	if err != nil {
 		if errors.Is(err, wasm.ErrDeadlineExceeded) {
 			return nil, errors.New(msgTimeout)
@@ -270,12 +234,14 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Polic
 	p.run = run
 	svr := run.validateSettings(initCtx, p.host, p.settings)
 	if !svr.Valid {
+		release(ctx)
 		msg := "no message"
 		if svr.Message != nil {
 			msg = *svr.Message
 		}
 		return nil, &invalidSettingsError{msg}
 	}
+	p.release = release
 	return p, nil
 }
 
@@ -292,67 +258,64 @@ func cmp(a, b time.Duration) time.Duration {
 	return b
 }
 
-// runner returns the runner of a module, sharing waPC pools between the
-// policies that use the same module.
-func (l *loader) runner(ctx context.Context, id string, c *PolicyConfig, ml *moduleLoad) (runner, error) {
+// runner returns the runner of a module and what releases the policy's
+// hold on it. waPC and WASI pools are shared, by module digest, between
+// the policies of an Environment that use the same module; each holds a
+// reference to the module, given back when the runner closes.
+func (l *loader) runner(ctx context.Context, id string, c *PolicyConfig, ml *moduleLoad) (runner, func(context.Context), error) {
 	if mode := ml.meta.Mode(); mode == metadata.ModeOPA || mode == metadata.ModeGatekeeper {
 		return l.regoRunner(ctx, id, c, ml)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	key := ml.meta.Mode() + "/" + ml.mod.Digest
+	release := func(ctx context.Context) { l.env.releaseShared(ctx, key) }
+	if r := l.env.takeShared(key); r != nil {
+		return r, release, nil
+	}
+	rt, mod := l.opts.Runtime, ml.mod
+	var r runner
 	if ml.meta.Mode() == metadata.ModeWASI {
-		if r, ok := l.wasi[ml.mod.Digest]; ok {
-			return r, nil
-		}
-		pool, err := l.opts.Runtime.NewWASIPool(ctx, ml.mod, "validate", 2*l.opts.Workers)
+		pool, err := rt.NewWASIPool(ctx, mod, "validate", 2*l.opts.Workers)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if l.wasi == nil {
-			l.wasi = map[string]wasiRunner{}
+		r = wasiRunner{rt: rt, mod: mod, pool: pool, onWarn: l.warnStderr}
+	} else {
+		w, err := rt.NewWapc(ctx, mod, 2*l.opts.Workers)
+		if err != nil {
+			return nil, nil, err
 		}
-		r := wasiRunner{rt: l.opts.Runtime, mod: ml.mod, pool: pool, onWarn: l.warnStderr}
-		l.wasi[ml.mod.Digest] = r
-		return r, nil
+		r = wapcRunner{w}
 	}
-	if l.wapc == nil {
-		l.wapc = map[string]*wasm.Wapc{}
-	}
-	if w, ok := l.wapc[ml.mod.Digest]; ok {
-		return wapcRunner{w}, nil
-	}
-	w, err := l.opts.Runtime.NewWapc(ctx, ml.mod, 2*l.opts.Workers)
-	if err != nil {
-		return nil, err
-	}
-	l.wapc[ml.mod.Digest] = w
-	return wapcRunner{w}, nil
+	rt.Retain(mod)
+	l.env.addShared(key, moduleRunner{runner: r, rt: rt, mod: mod})
+	return r, release, nil
 }
 
 // regoRunner returns a runner of its own to an OPA or Gatekeeper policy:
 // its instances hold the policy's data.
-func (l *loader) regoRunner(ctx context.Context, id string, c *PolicyConfig, ml *moduleLoad) (runner, error) {
+func (l *loader) regoRunner(ctx context.Context, id string, c *PolicyConfig, ml *moduleLoad) (runner, func(context.Context), error) {
 	logger := l.opts.Logger.With(observability.KeyPolicyID, id)
 	kube := newRegoContext(grantedResources(c, ml.meta), l.opts.HostCapabilities, logger)
 	r, err := newRegoRunner(ctx, l.opts.Runtime, ml.mod, ml.meta.Mode(), c.Settings, kube, l.opts.Workers, logger)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	l.mu.Lock()
-	l.owned = append(l.owned, r)
-	l.mu.Unlock()
-	return r, nil
+	rt, mod := l.opts.Runtime, ml.mod
+	rt.Retain(mod)
+	return r, moduleRunner{runner: r, rt: rt, mod: mod}.close, nil
 }
 
-func (l *loader) runners() []runner {
-	out := append([]runner(nil), l.owned...)
-	for _, w := range l.wapc {
-		out = append(out, wapcRunner{w})
-	}
-	for _, r := range l.wasi {
-		out = append(out, r)
-	}
-	return out
+// moduleRunner is a runner that holds a reference to its module, released
+// after the runner closes.
+type moduleRunner struct {
+	runner
+	rt  *wasm.Runtime
+	mod *wasm.Module
+}
+
+func (r moduleRunner) close(ctx context.Context) {
+	r.runner.close(ctx)
+	r.rt.Release(ctx, r.mod)
 }
 
 func (l *loader) warnStderr(ctx context.Context, op, stderr string) {

@@ -28,6 +28,12 @@ const (
 	MeterName               = "kubewarden"
 	MetricEvaluationsTotal  = "kubewarden_policy_evaluations_total"
 	MetricEvaluationLatency = "kubewarden_policy_evaluation_latency_milliseconds"
+	// MetricPolicyReloads is Warden's own (Kubewarden never reloads): one
+	// count per policy a hot reload adds, updates or removes, with the
+	// attributes policy_name (absent when the policies file itself cannot
+	// be read), action (add, update, remove, or read) and result (success
+	// or failure).
+	MetricPolicyReloads = "warden_policy_reload_total"
 )
 
 // DefaultServiceName is the OTLP resource's service.name unless
@@ -120,6 +126,7 @@ type Metrics struct {
 	registry    *prometheus.Registry
 	evaluations metric.Int64Counter
 	latency     metric.Float64Histogram
+	reloads     metric.Int64Counter
 }
 
 // NewMetrics builds the meter provider, its Prometheus reader (served by
@@ -233,7 +240,30 @@ func newInstruments(provider *sdkmetric.MeterProvider) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating %s: %w", MetricEvaluationLatency, err)
 	}
-	return &Metrics{provider: provider, evaluations: evaluations, latency: latency}, nil
+	reloads, err := meter.Int64Counter(MetricPolicyReloads,
+		metric.WithDescription("Number of policy changes applied by hot reload, by result."))
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", MetricPolicyReloads, err)
+	}
+	return &Metrics{provider: provider, evaluations: evaluations, latency: latency, reloads: reloads}, nil
+}
+
+// RecordReload counts one change of a hot reload: action is add, update or
+// remove for a policy, or read, with no policy name, for the policies file
+// itself; failed says whether it failed (the previous state then serves).
+func (m *Metrics) RecordReload(ctx context.Context, policyName, action string, failed bool) {
+	if m == nil {
+		return
+	}
+	result := "success"
+	if failed {
+		result = "failure"
+	}
+	kvs := []attribute.KeyValue{attribute.String("action", action), attribute.String("result", result)}
+	if policyName != "" {
+		kvs = append(kvs, attribute.String(attrPolicyName, policyName))
+	}
+	m.reloads.Add(ctx, 1, metric.WithAttributes(kvs...))
 }
 
 // RecordEvaluation counts one evaluation and records its latency, in buckets

@@ -119,7 +119,7 @@ func (s *Server) handleReview(origin engine.Origin) http.HandlerFunc {
 		if span.Recording() {
 			span.SetRequest(spanRequest(req))
 		}
-		resp, err := s.engine.Load().Validate(ctx, id, req, origin)
+		resp, err := s.env.Validate(ctx, id, req, origin)
 		if err != nil {
 			s.evaluationError(w, r, id, err, span)
 			return
@@ -194,7 +194,7 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 	// Kubewarden's raw span records no request attributes.
 	ctx, span := s.tracing.Start(r.Context(), observability.SpanValidationRaw, id)
 	defer span.End()
-	resp, err := s.engine.Load().ValidateRaw(ctx, id, in.Request)
+	resp, err := s.env.ValidateRaw(ctx, id, in.Request)
 	if err != nil {
 		s.evaluationError(w, r, id, err, span)
 		return

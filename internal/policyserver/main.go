@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
@@ -71,6 +73,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		logger.Error("policy server failed to start", observability.KeyError, err)
 		return 1
 	}
+	// SIGHUP reads the policies file again, as the file watch does.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				srv.Reload(ctx)
+			}
+		}
+	}()
 	if err := srv.Serve(ctx); err != nil {
 		logger.Error("policy server stopped", observability.KeyError, err)
 		return 1

@@ -9,11 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,8 +40,12 @@ type Server struct {
 	metrics *observability.Metrics
 	tracing *observability.Tracing // nil: tracing off
 	rt      *wasm.Runtime
-	engine  atomic.Pointer[engine.Engine]
+	env     *engine.Environment
+	fetcher *policyfetch.Fetcher
 	tls     *certwatch.Watcher
+
+	reloadMu sync.Mutex             // serialises reloads
+	fileErr  atomic.Pointer[string] // why the policies file last failed to be read
 
 	main, readiness, metricsLn net.Listener
 	ready                      atomic.Bool
@@ -79,23 +83,11 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if s.tracing, err = newTracing(ctx, opts, logger); err != nil {
 		return nil, err
 	}
-	doc, err := os.ReadFile(opts.PoliciesPath)
+	configs, err := readPolicies(opts.PoliciesPath)
 	if err != nil {
-		return nil, fmt.Errorf("reading policies: %w", err)
+		return nil, err
 	}
-	configs, err := engine.ParsePolicies(doc)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", opts.PoliciesPath, err)
-	}
-	// The reflectors list while the modules compile.
-	if opts.Reflect != nil {
-		for _, r := range engine.ReadResources(configs) {
-			if err := opts.Reflect(r.APIVersion, r.Kind); err != nil {
-				logger.WarnContext(ctx, "cannot start the reflector of a Kubernetes kind yet: its first list will try again",
-					observability.KeyAPIVersion, r.APIVersion, observability.KeyKind, r.Kind, observability.KeyError, err)
-			}
-		}
-	}
+	s.startReflectors(ctx, configs) // they list while the modules compile
 	s.rt, err = wasm.NewRuntime(ctx, wasm.Config{
 		CacheDir:         opts.CacheDir,
 		MemoryLimitBytes: uint64(opts.MemoryLimitMiB) << 20,
@@ -108,11 +100,11 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if err != nil {
 		return nil, err
 	}
-	fetcher, err := newFetcher(opts, logger, verifier)
-	if err != nil {
+	// The fetcher stays open: reloads fetch new modules.
+	if s.fetcher, err = newFetcher(opts, logger, verifier); err != nil {
 		return nil, err
 	}
-	defer fetcher.Close()
+	fetcher := s.fetcher
 	// Run natively, Kubewarden's cel-policy would never be fetched, so its
 	// signature never checked: with verification on, it runs from its
 	// verified module.
@@ -121,7 +113,7 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		logger.InfoContext(ctx, "signature verification is on: Kubewarden's cel-policy runs from its verified wasm module, not natively")
 	}
 	start := time.Now()
-	eng, err := engine.Load(ctx, configs, engine.Options{
+	s.env, err = engine.NewEnvironment(engine.Options{
 		Fetch: func(ctx context.Context, uri string) ([]byte, error) {
 			m, err := fetcher.Fetch(ctx, uri)
 			return m.Bytes, err
@@ -141,7 +133,9 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if err != nil {
 		return nil, err
 	}
-	s.engine.Store(eng)
+	if err := s.env.Init(ctx, configs); err != nil {
+		return nil, err
+	}
 	logger.InfoContext(ctx, "policies loaded", "count", len(configs), "duration", time.Since(start).Round(time.Millisecond))
 	// Loading leaves behind garbage several times the size of the modules
 	// (decoded, rewritten and compiled copies): hand it back to the OS now
@@ -183,8 +177,8 @@ func (s *Server) Addr() net.Addr { return s.main.Addr() }
 // ReadinessAddr is the address of the readiness (and metrics) listener.
 func (s *Server) ReadinessAddr() net.Addr { return s.readiness.Addr() }
 
-// Engine returns the engine serving requests.
-func (s *Server) Engine() *engine.Engine { return s.engine.Load() }
+// Environment returns the policies the server serves.
+func (s *Server) Environment() *engine.Environment { return s.env }
 
 // Serve answers requests until ctx is done, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context) error {
@@ -196,6 +190,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	ops := http.NewServeMux()
 	ops.HandleFunc("GET /readiness", s.handleReadiness)
+	ops.HandleFunc("GET /policies", s.handlePolicies)
 	ops.Handle("GET /metrics", s.metrics.Handler())
 	opsSrv := &http.Server{Handler: ops, ReadHeaderTimeout: 10 * time.Second}
 
@@ -214,6 +209,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		}()
 	}
+	go func() {
+		if err := s.watchPolicies(ctx); err != nil {
+			// Reloads on SIGHUP still work: serving goes on.
+			s.logger.ErrorContext(ctx, "cannot watch the policies file: it is read again on SIGHUP only",
+				observability.KeyPath, s.opts.PoliciesPath, observability.KeyError, err)
+		}
+	}()
 	go serve(mainSrv, mainLn)
 	go serve(opsSrv, s.readiness)
 	var metricsSrv *http.Server
@@ -245,8 +247,11 @@ func (s *Server) Serve(ctx context.Context) error {
 // Close releases the engine and the runtime, and flushes and stops the
 // metrics and span exporters.
 func (s *Server) Close(ctx context.Context) {
-	if e := s.engine.Load(); e != nil {
-		e.Close(ctx)
+	if s.env != nil {
+		s.env.Close(ctx)
+	}
+	if s.fetcher != nil {
+		s.fetcher.Close()
 	}
 	if s.rt != nil {
 		_ = s.rt.Close(ctx)

@@ -117,6 +117,7 @@ type OPA struct {
 // used by one goroutine at a time.
 type opaInstance struct {
 	interruptible
+	r       *Runtime
 	mod     api.Module
 	fn      [opaFuncCount]api.Function
 	data    uint64 // address of the data value
@@ -197,11 +198,11 @@ func (o *OPA) Builtins() []string {
 
 // instantiate creates an instance and loads the data into it.
 func (o *OPA) instantiate(ctx context.Context) (*opaInstance, error) {
-	mod, err := o.r.rt.InstantiateModule(ctx, o.mod.compiled, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	mod, err := o.r.instantiate(ctx, o.mod, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		return nil, fmt.Errorf("instantiating module: %w", callError(ctx, err, "", false))
 	}
-	in := &opaInstance{mod: mod}
+	in := &opaInstance{r: o.r, mod: mod}
 	if err := in.bind(mod, o.mod); err != nil {
 		in.close(ctx)
 		return nil, err
@@ -230,7 +231,7 @@ func (o *OPA) instantiate(ctx context.Context) (*opaInstance, error) {
 	return in, nil
 }
 
-func (in *opaInstance) close(ctx context.Context) { _ = in.mod.Close(ctx) }
+func (in *opaInstance) close(ctx context.Context) { in.r.closeInstance(ctx, in.mod) }
 
 // Eval evaluates entrypoint 0 with input (a JSON document) and returns the
 // result set as JSON, `[{"result": ...}]`, or `[]` when it is undefined.

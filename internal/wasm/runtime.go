@@ -10,8 +10,10 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -55,6 +57,8 @@ type Runtime struct {
 	mu       sync.Mutex
 	compiled map[string]*compileEntry // by digest of the original bytes
 
+	instances atomic.Int64 // live instances, for LiveInstances
+
 	codeDir string       // where the files backing machine code go
 	code    []codeRegion // the machine code moved into files; guarded by codeMu
 }
@@ -69,6 +73,7 @@ type compileEntry struct {
 	done chan struct{}
 	mod  *Module
 	err  error
+	refs int // Compile calls not yet released; guarded by Runtime.mu
 }
 
 // NewRuntime creates a runtime and instantiates the host modules guests
@@ -152,13 +157,16 @@ type Module struct {
 	interrupt string
 	budget    string // the export of the loop budget
 	start     bool
+	code      []codeRegion // its machine code moved into files
 }
 
 // Exports reports whether the module exports a function with that name.
 func (m *Module) Exports(name string) bool { return m.exports[name] }
 
 // Compile compiles module, or returns the module compiled earlier from the
-// same bytes. Concurrent calls for the same bytes compile once.
+// same bytes. Concurrent calls for the same bytes compile once. Each
+// successful call holds a reference to the module until Release; a module
+// never released lives as long as the runtime.
 func (r *Runtime) Compile(ctx context.Context, module []byte) (*Module, error) {
 	sum := sha256.Sum256(module)
 	digest := hex.EncodeToString(sum[:])
@@ -169,12 +177,19 @@ func (r *Runtime) Compile(ctx context.Context, module []byte) (*Module, error) {
 		e = &compileEntry{done: make(chan struct{})}
 		r.compiled[digest] = e
 	}
+	e.refs++
 	r.mu.Unlock()
 	if ok {
 		select {
 		case <-e.done:
-			return e.mod, e.err
+			if e.err != nil {
+				return nil, e.err
+			}
+			return e.mod, nil
 		case <-ctx.Done():
+			r.mu.Lock()
+			e.refs-- // the compiling call holds one: nothing to free
+			r.mu.Unlock()
 			return nil, ctx.Err()
 		}
 	}
@@ -198,7 +213,7 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 	if err != nil {
 		return nil, fmt.Errorf("reading module: %w", err)
 	}
-	cm, err := r.compileCode(ctx, rewritten)
+	cm, code, err := r.compileCode(ctx, rewritten)
 	if err != nil {
 		return nil, fmt.Errorf("compiling module: %w", err)
 	}
@@ -215,13 +230,14 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 		interrupt: inst.interrupt,
 		budget:    inst.budget,
 		start:     inst.start,
+		code:      code,
 	}, nil
 }
 
 // compileCode compiles a module with every core, one compilation at a time,
 // and moves its machine code into a file mapping. A module whose code
 // cannot be moved (a read-only file system) keeps it in memory.
-func (r *Runtime) compileCode(ctx context.Context, module []byte) (wazero.CompiledModule, error) {
+func (r *Runtime) compileCode(ctx context.Context, module []byte) (wazero.CompiledModule, []codeRegion, error) {
 	ctx = experimental.WithFunctionListenerFactory(ctx, yieldListeners{})
 	ctx = experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0))
 	codeMu.Lock()
@@ -229,14 +245,82 @@ func (r *Runtime) compileCode(ctx context.Context, module []byte) (wazero.Compil
 	mapper := newCodeMapper()
 	cm, err := r.rt.CompileModule(ctx, module)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	moved, err := mapper.moved(r.codeDir)
 	r.code = append(r.code, moved...)
 	if err != nil {
 		r.logger.WarnContext(ctx, "machine code stays in anonymous memory", "dir", r.codeDir, "error", err)
 	}
-	return cm, nil
+	return cm, moved, nil
+}
+
+// Retain adds a reference to a module that Compile returned and that is
+// not yet freed, for a holder that will Release it.
+func (r *Runtime) Retain(m *Module) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e, ok := r.compiled[m.Digest]; ok && e.mod == m {
+		e.refs++
+	}
+}
+
+// Release drops a reference that Compile or Retain returned. When the last one goes,
+// the module is freed: its machine code, and its place in the runtime, so
+// that compiling the same bytes again compiles them anew (from the disk
+// cache, when there is one). Instances and pools of the module must be
+// closed first. Releasing nil does nothing.
+func (r *Runtime) Release(ctx context.Context, m *Module) {
+	if m == nil {
+		return
+	}
+	r.mu.Lock()
+	e, ok := r.compiled[m.Digest]
+	if !ok || e.mod != m {
+		r.mu.Unlock()
+		return
+	}
+	if e.refs--; e.refs > 0 {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.compiled, m.Digest)
+	r.mu.Unlock()
+	// Forget the module's code regions before wazero may unmap them: once
+	// unmapped, their addresses can be reused by memory ReleaseCode must
+	// never touch.
+	codeMu.Lock()
+	r.code = slices.DeleteFunc(r.code, func(c codeRegion) bool { return slices.Contains(m.code, c) })
+	codeMu.Unlock()
+	_ = m.compiled.Close(ctx)
+}
+
+// CompiledModules is the number of modules the runtime holds compiled. It
+// exists for tests and metrics that check modules are freed.
+func (r *Runtime) CompiledModules() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.compiled)
+}
+
+// LiveInstances is the number of module instances not yet closed, of every
+// kind (waPC, WASI, OPA, pooled or not). It exists for tests and metrics
+// that check instances are released.
+func (r *Runtime) LiveInstances() int64 { return r.instances.Load() }
+
+// instantiate instantiates m, counting the instance until closeInstance.
+func (r *Runtime) instantiate(ctx context.Context, m *Module, cfg wazero.ModuleConfig) (api.Module, error) {
+	mod, err := r.rt.InstantiateModule(ctx, m.compiled, cfg)
+	if err == nil {
+		r.instances.Add(1)
+	}
+	return mod, err
+}
+
+// closeInstance closes an instance that instantiate created.
+func (r *Runtime) closeInstance(ctx context.Context, mod api.Module) {
+	_ = mod.Close(ctx)
+	r.instances.Add(-1)
 }
 
 // ReleaseCode drops the pages of machine code that are not running from

@@ -29,13 +29,14 @@ type Wapc struct {
 // used by one goroutine at a time.
 type instance struct {
 	guestState
+	r    *Runtime
 	mod  api.Module
 	sink *stdio
 	call api.Function // __guest_call
 }
 
 func (in *instance) close(ctx context.Context) {
-	_ = in.mod.Close(ctx)
+	in.r.closeInstance(ctx, in.mod)
 }
 
 // Init functions run after instantiation, in this order, when exported:
@@ -83,12 +84,12 @@ func (r *Runtime) NewWapc(ctx context.Context, m *Module, maxIdle int) (*Wapc, e
 // instantiate creates an instance on memory of our own (a copy-on-write
 // mapping of snap when given).
 func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, error) {
-	in := &instance{sink: &stdio{}}
+	in := &instance{r: w.r, sink: &stdio{}}
 	st := newCallState(nil)
 	in.sink.call = st
 	var memErr error
 	ictx := context.WithValue(in.withMemory(ctx, snap, &memErr), callKey{}, st)
-	mod, err := w.r.rt.InstantiateModule(ictx, w.mod.compiled, moduleConfig(in.sink))
+	mod, err := w.r.instantiate(ictx, w.mod, moduleConfig(in.sink))
 	in.sink.call = nil
 	if err != nil {
 		if memErr != nil {
@@ -97,12 +98,12 @@ func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, e
 		return nil, fmt.Errorf("instantiating module: %w", callError(ctx, err, st.stderrText(), false))
 	}
 	if mod.Memory() == nil {
-		_ = mod.Close(ctx)
+		w.r.closeInstance(ctx, mod)
 		return nil, errors.New("the module has no memory")
 	}
 	in.mod, in.call = mod, mod.ExportedFunction("__guest_call")
 	if err := in.bind(mod, w.mod); err != nil {
-		_ = mod.Close(ctx)
+		w.r.closeInstance(ctx, mod)
 		return nil, err
 	}
 	return in, nil

@@ -41,11 +41,11 @@ func (r *Runtime) runWASI(ctx context.Context, m *Module, host HostCaller, comma
 	st.stdin = input
 	sink := &stdio{call: st}
 	cctx := context.WithValue(ctx, callKey{}, st)
-	mod, err := r.rt.InstantiateModule(cctx, m.compiled, moduleConfig(sink, wasiProgramName, command))
+	mod, err := r.instantiate(cctx, m, moduleConfig(sink, wasiProgramName, command))
 	if err != nil {
 		return WASIResult{}, fmt.Errorf("instantiating module: %w", err)
 	}
-	defer mod.Close(ctx)
+	defer r.closeInstance(ctx, mod)
 	it := &interruptible{}
 	if err := it.bind(mod, m); err != nil {
 		return WASIResult{}, err

@@ -245,7 +245,7 @@ func (p *WASIPool) start(ctx context.Context, req *wasiRequest) error {
 	in := &wasiInstance{pool: p, sink: &stdio{call: req.st}, reqs: make(chan *wasiRequest, 1)}
 	var memErr error
 	ictx := in.withMemory(context.WithValue(ctx, callKey{}, req.st), nil, &memErr)
-	mod, err := p.r.rt.InstantiateModule(ictx, p.mod.compiled, moduleConfig(in.sink, wasiProgramName, p.command))
+	mod, err := p.r.instantiate(ictx, p.mod, moduleConfig(in.sink, wasiProgramName, p.command))
 	if err != nil {
 		if memErr != nil {
 			return memErr
@@ -254,13 +254,13 @@ func (p *WASIPool) start(ctx context.Context, req *wasiRequest) error {
 	}
 	in.mod = mod
 	if err := in.bind(mod, p.mod); err != nil {
-		_ = mod.Close(ctx)
+		p.r.closeInstance(ctx, mod)
 		return err
 	}
 	p.mu.Lock()
 	if p.closed { // Close may be waiting for the goroutines already
 		p.mu.Unlock()
-		_ = mod.Close(ctx)
+		p.r.closeInstance(ctx, mod)
 		return errPoolClosed
 	}
 	p.created++
@@ -322,7 +322,7 @@ func (in *wasiInstance) run(first *wasiRequest) {
 }
 
 func (in *wasiInstance) close() {
-	_ = in.mod.Close(context.Background())
+	in.pool.r.closeInstance(context.Background(), in.mod)
 	if in.snap != nil && in.snap.mem != nil {
 		in.snap.mem.release()
 	}

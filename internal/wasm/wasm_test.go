@@ -541,3 +541,57 @@ func TestWASIPoolClose(t *testing.T) {
 		t.Errorf("after Close: %d created, %d idle, %d goroutines for %d", created, idle, runtime.NumGoroutine(), baseline)
 	}
 }
+
+// TestReleaseFreesModules checks the reference counting that lets a policy
+// server swap policies forever: a module lives while any Compile of its
+// bytes is not released, instances are counted until closed, and a freed
+// module compiles again.
+func TestReleaseFreesModules(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	a, b := compile(t, rt, "labels"), compile(t, rt, "labels")
+	if a != b || rt.CompiledModules() != 1 {
+		t.Fatalf("two compilations of the same bytes: same module %v, %d compiled; want one shared", a == b, rt.CompiledModules())
+	}
+	for _, policy := range []string{"labels", "wasi-log"} {
+		m := compile(t, rt, policy)
+		if policy == "labels" {
+			w, err := rt.NewWapc(context.Background(), m, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Call(withTimeout(t, 10*time.Second), nil, "validate", []byte(podRequest)); err != nil {
+				t.Fatal(err)
+			}
+			if rt.LiveInstances() == 0 {
+				t.Error("a waPC pool with an idle instance counts no instance")
+			}
+			w.Close(context.Background())
+		} else {
+			p, err := rt.NewWASIPool(context.Background(), m, "validate", 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Run(withTimeout(t, 10*time.Second), &recordingHost{}, []byte(fmt.Sprintf(wasiPodRequest, ""))); err != nil {
+				t.Fatal(err)
+			}
+			p.Close(context.Background())
+		}
+		rt.Release(context.Background(), m)
+	}
+	if n := rt.LiveInstances(); n != 0 {
+		t.Errorf("%d instances live after their pools closed", n)
+	}
+	rt.Release(context.Background(), a)
+	if rt.CompiledModules() != 1 {
+		t.Errorf("%d modules compiled after releasing one of two references, want 1", rt.CompiledModules())
+	}
+	rt.Release(context.Background(), b)
+	rt.Release(context.Background(), b) // one too many: ignored
+	if rt.CompiledModules() != 0 {
+		t.Errorf("%d modules compiled after releasing every reference, want 0", rt.CompiledModules())
+	}
+	w := newWapc(t, rt, "labels")
+	if out, err := w.Call(withTimeout(t, 10*time.Second), nil, "validate", []byte(podRequest)); err != nil || !strings.Contains(string(out), `"accepted":false`) {
+		t.Errorf("a module compiled again after being freed answers %s, %v", out, err)
+	}
+}

@@ -1,0 +1,160 @@
+package policyserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/wardenhq/warden/internal/engine"
+	"github.com/wardenhq/warden/internal/observability"
+)
+
+// reloadSettle is how long the policies file must stay quiet after a change
+// before it is read: an editor's rewrite in place comes as several writes,
+// a ConfigMap update as several renames.
+const reloadSettle = 50 * time.Millisecond
+
+// Log messages of hot reload.
+const (
+	msgReloadFailed  = "policy change failed: the previous version keeps serving"
+	msgAddFailed     = "new policy failed to load: it is not served"
+	msgReloaded      = "policy changed"
+	msgFileFailed    = "cannot read the policies file: every policy keeps serving as it is"
+	msgReloadWatched = "watching the policies file for changes"
+)
+
+// readPolicies reads and parses the policies file.
+func readPolicies(path string) (map[string]*engine.PolicyConfig, error) {
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading policies: %w", err)
+	}
+	configs, err := engine.ParsePolicies(doc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return configs, nil
+}
+
+// startReflectors starts keeping a copy of every Kubernetes kind the
+// policies may read (RFC 004); a kind already kept is left as it is.
+func (s *Server) startReflectors(ctx context.Context, configs map[string]*engine.PolicyConfig) {
+	if s.opts.Reflect == nil {
+		return
+	}
+	for _, r := range engine.ReadResources(configs) {
+		if err := s.opts.Reflect(r.APIVersion, r.Kind); err != nil {
+			s.logger.WarnContext(ctx, "cannot start the reflector of a Kubernetes kind yet: its first list will try again",
+				observability.KeyAPIVersion, r.APIVersion, observability.KeyKind, r.Kind, observability.KeyError, err)
+		}
+	}
+}
+
+// Reload reads the policies file again and applies what changed: new
+// policies are added, changed ones replaced, missing ones removed. A policy
+// whose new version fails keeps its previous version serving; a file that
+// cannot be read or parsed changes nothing. Each outcome is logged, counted
+// in warden_policy_reload_total and shown by GET /policies. It returns the
+// changes applied. Safe for concurrent use: reloads run one at a time.
+func (s *Server) Reload(ctx context.Context) []engine.Change {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	configs, err := readPolicies(s.opts.PoliciesPath)
+	s.fileErr.Store(nil)
+	if err != nil {
+		msg := err.Error()
+		s.fileErr.Store(&msg)
+		s.logger.ErrorContext(ctx, msgFileFailed, observability.KeyPath, s.opts.PoliciesPath, observability.KeyError, err)
+		s.metrics.RecordReload(ctx, "", "read", true)
+		return nil
+	}
+	s.startReflectors(ctx, configs)
+	changes := s.env.Apply(ctx, configs)
+	for _, c := range changes {
+		s.metrics.RecordReload(ctx, c.ID, c.Action, c.Err != nil)
+		switch {
+		case c.Err == nil:
+			s.logger.InfoContext(ctx, msgReloaded, observability.KeyPolicyID, c.ID, "action", c.Action)
+		case c.Action == engine.ActionAdd:
+			s.logger.ErrorContext(ctx, msgAddFailed, observability.KeyPolicyID, c.ID, observability.KeyError, c.Err)
+		default:
+			s.logger.ErrorContext(ctx, msgReloadFailed, observability.KeyPolicyID, c.ID, observability.KeyError, c.Err)
+		}
+	}
+	return changes
+}
+
+// watchPolicies reloads the policies file whenever it changes, until ctx is
+// done. It watches the file's directory, so that it sees a file replaced
+// by a rename, as editors do, and the "..data" symlink swap by which the
+// kubelet updates a mounted ConfigMap.
+func (s *Server) watchPolicies(ctx context.Context) error {
+	abs, err := filepath.Abs(s.opts.PoliciesPath)
+	if err != nil {
+		return err
+	}
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("creating file watcher: %w", err)
+	}
+	defer fw.Close()
+	if err := fw.Add(filepath.Dir(abs)); err != nil {
+		return fmt.Errorf("watching directory %q: %w", filepath.Dir(abs), err)
+	}
+	s.logger.DebugContext(ctx, msgReloadWatched, observability.KeyPath, abs)
+	// The file may have changed since New read it.
+	s.Reload(ctx)
+
+	name := filepath.Base(abs)
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return errors.New("file watcher closed")
+			}
+			base := filepath.Base(ev.Name)
+			if ev.Op != fsnotify.Chmod && (base == name || strings.HasPrefix(base, "..")) {
+				settle.Reset(reloadSettle)
+			}
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return errors.New("file watcher closed")
+			}
+			// For example an event queue overflow: a change may be lost.
+			s.logger.WarnContext(ctx, "policies file watch error: reading the file again", observability.KeyError, err)
+			settle.Reset(reloadSettle)
+		case <-settle.C:
+			s.Reload(ctx)
+		}
+	}
+}
+
+// policiesStatus is the answer of GET /policies.
+type policiesStatus struct {
+	// FileError is why the policies file last failed to be read, if it did.
+	FileError string                `json:"fileError,omitempty"`
+	Policies  []engine.PolicyStatus `json:"policies"`
+}
+
+// handlePolicies serves GET /policies on the readiness port: the state of
+// every policy, as hot reload left it.
+func (s *Server) handlePolicies(w http.ResponseWriter, _ *http.Request) {
+	out := policiesStatus{Policies: s.env.Status()}
+	if msg := s.fileErr.Load(); msg != nil {
+		out.FileError = *msg
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+}
