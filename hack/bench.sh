@@ -5,6 +5,7 @@
 #   hack/bench.sh            # all sections
 #   hack/bench.sh load       # floor + waPC + WASI + CEL + group load tests only
 #   hack/bench.sh startup    # startup time and idle RSS with 20 policies
+#   hack/bench.sh reload     # hot reload: latency, load during reloads, RSS
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,7 @@ echo "== building (binaries in $work)"
 go build -o "$work/policy-server" ./cmd/policy-server
 go build -o "$work/loadtest" ./hack/loadtest
 go build -o "$work/floorserver" ./hack/floorserver
+go build -o "$work/reloadbench" ./hack/reloadbench
 labels=$(go run ./hack/buildpolicy testdata/policies/labels)
 wasilog=$(go run ./hack/buildpolicy testdata/policies/wasi-log)
 review=hack/loadtest/testdata/pod-review.json
@@ -180,4 +182,19 @@ if [[ $what == all || $what == startup ]]; then
     printf 'p%d:\n  module: file://%s/labels-%d.wasm\n  settings: {denied_labels: [forbidden]}\n' "$i" "$work/mods" "$i" >> "$work/p20.yml"
   done
   startup "20 distinct modules" "$work/p20.yml"
+fi
+
+if [[ $what == all || $what == reload ]]; then
+  echo "== hot reload of policy p (labels, waPC), the server watching its file"
+  go run ./hack/buildpolicy -copies 2 -o "$work/reload-mods" testdata/policies/labels >/dev/null
+  printf 'p:\n  module: file://%s\n' "$labels" > "$work/reload.yml"
+  start_server "$work/reload.yml" --cache-dir "$work/cache-reload"
+  rb() { "$work/reloadbench" -policies "$work/reload.yml" -cacert "$work/tls.crt" -pid "$server" -d "$duration" "$@"; }
+  echo "-- a small waPC policy (labels, 1.8 MB), same module, new settings"
+  rb -module "$labels" latency
+  echo "-- a new module each time (3.4 MB copies of labels, from the disk cache)"
+  rb -module "$work/reload-mods/labels-1.wasm" -module2 "$work/reload-mods/labels-2.wasm" rss
+  echo "-- 20 clients, no reload, then a reload every second"
+  rb -module "$labels" load
+  stop_server
 fi
