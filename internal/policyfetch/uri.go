@@ -27,6 +27,9 @@ type location struct {
 func parseURI(raw string) (location, error) {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
+		if looksLikePath(raw) {
+			return location{}, fmt.Errorf("%q is a file path, not a module URI: write it as file:///absolute/path/to/policy.wasm", raw)
+		}
 		scheme, rest = "registry", raw
 	}
 	switch scheme {
@@ -123,4 +126,13 @@ func parseFile(raw string) (location, error) {
 		return location{}, errors.New("a file URI must hold an absolute path: file:///path/to/policy.wasm")
 	}
 	return location{uri: raw, scheme: "file", local: u.Path}, nil
+}
+
+// looksLikePath reports whether a module reference without a scheme is a
+// file path rather than a registry reference (host/repo:tag): it starts
+// with ., / or ~, or names a .wasm file. Taken as a registry reference, it
+// would send a DNS lookup of "." or of a file name.
+func looksLikePath(ref string) bool {
+	return strings.HasPrefix(ref, ".") || strings.HasPrefix(ref, "/") || strings.HasPrefix(ref, "~") ||
+		strings.HasSuffix(ref, ".wasm")
 }

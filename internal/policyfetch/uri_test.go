@@ -31,6 +31,9 @@ func TestParseURI(t *testing.T) {
 		{in: "https://host/dir/", wantErr: `...without empty, . or .. elements`},
 		{in: "https:///p.wasm", wantErr: `...want https://host[:port]/path/file`},
 		{in: "file://policy.wasm", wantErr: "a file URI must hold an absolute path: file:///path/to/policy.wasm"},
+		{in: "./pod-privileged.wasm", wantErr: `"./pod-privileged.wasm" is a file path, not a module URI: write it as file:///absolute/path/to/policy.wasm`},
+		{in: "/policies/p.wasm", wantErr: `"/policies/p.wasm" is a file path, not a module URI: write it as file:///absolute/path/to/policy.wasm`},
+		{in: "policy.wasm", wantErr: `"policy.wasm" is a file path, not a module URI: write it as file:///absolute/path/to/policy.wasm`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
