@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -204,6 +205,10 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, c call) (*admission.Re
 		}
 		e.logger.ErrorContext(ctx, "policy evaluation failed",
 			observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, observability.KeyError, err)
+		if stderr := wasm.Stderr(err); strings.Contains(stderr, "\n") {
+			e.logger.DebugContext(ctx, "guest stderr of the failed evaluation",
+				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, "stderr", stderr)
+		}
 		return internalError(uid, err.Error()), nil
 	}
 	resp, err := toAdmissionResponse(uid, c.base, vr)

@@ -163,7 +163,7 @@ func (env *Environment) Init(ctx context.Context, configs map[string]*PolicyConf
 		}
 	}
 	env.stateMu.Unlock()
-	env.publish(ctx)
+	env.publish()
 	return nil
 }
 
@@ -226,7 +226,7 @@ func (env *Environment) Apply(ctx context.Context, configs map[string]*PolicyCon
 	}
 	env.stateMu.Unlock()
 	if len(changes) > 0 {
-		env.publish(ctx)
+		env.publish()
 	}
 	return changes
 }
@@ -290,7 +290,7 @@ func (env *Environment) Close(ctx context.Context) {
 	clear(env.entries)
 	clear(env.failed)
 	env.stateMu.Unlock()
-	env.publish(ctx)
+	env.publish()
 }
 
 // acquire returns the current snapshot, counting the caller among its
@@ -326,7 +326,7 @@ func (env *Environment) release(e *Engine) {
 
 // publish makes a snapshot of the entries current and lets the previous
 // one go once its requests have finished. Call with mu held.
-func (env *Environment) publish(ctx context.Context) {
+func (env *Environment) publish() {
 	env.stateMu.Lock()
 	next := env.snapshot()
 	env.stateMu.Unlock()
@@ -343,7 +343,6 @@ func (env *Environment) publish(ctx context.Context) {
 		// pages leave the resident set.
 		env.opts.Runtime.ReleaseCode()
 	}
-	_ = ctx
 }
 
 // snapshot returns an engine serving the entries, held once (by the

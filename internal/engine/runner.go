@@ -115,7 +115,7 @@ func (r wasiRunner) validate(ctx context.Context, host wasm.HostCaller, in evalI
 		var exit *wasm.ExitError
 		if errors.As(err, &exit) {
 			// Kubewarden's error for a failed run is the guest's stderr.
-			return nil, errors.New(exit.Stderr)
+			return nil, &guestStderrError{msg: exit.Message(), err: err}
 		}
 		return nil, err
 	}
@@ -153,3 +153,13 @@ func (r wasiRunner) close(ctx context.Context) { r.pool.Close(ctx) }
 func invalidSettings(msg string) settingsValidationResponse {
 	return settingsValidationResponse{Valid: false, Message: &msg}
 }
+
+// guestStderrError is a failed WASI run answered, as Kubewarden answers it,
+// with the guest's stderr; it keeps the whole failure for the debug log.
+type guestStderrError struct {
+	msg string
+	err error
+}
+
+func (e *guestStderrError) Error() string { return e.msg }
+func (e *guestStderrError) Unwrap() error { return e.err }

@@ -287,6 +287,11 @@ func TestEvaluation(t *testing.T) {
 			case msg != tt.message:
 				t.Errorf("message = %q, want %q", msg, tt.message)
 			}
+			// A guest's goroutine dump (out of memory, panic) stays in the
+			// debug log, out of the response.
+			if strings.Contains(msg, "\n") || strings.Contains(msg, "goroutine ") {
+				t.Errorf("message carries the guest's stderr dump: %q", msg)
+			}
 			if code != tt.code {
 				t.Errorf("code = %d, want %d", code, tt.code)
 			}

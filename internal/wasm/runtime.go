@@ -345,9 +345,39 @@ type ExitError struct {
 
 func (e *ExitError) Error() string {
 	if e.Stderr != "" {
-		return fmt.Sprintf("guest exited with code %d: %s", e.Code, e.Stderr)
+		return fmt.Sprintf("guest exited with code %d: %s", e.Code, summarize(e.Stderr))
 	}
 	return fmt.Sprintf("guest exited with code %d", e.Code)
+}
+
+// Message is the guest's stderr as an error message: its first line alone
+// when there are more (a Go guest that panics or runs out of memory writes
+// the stacks of its goroutines after it, kilobytes nobody reads in an
+// admission response; Stderr keeps them).
+func (e *ExitError) Message() string { return summarize(e.Stderr) }
+
+// summarize returns the first line of a guest's stderr, saying so when
+// there is more.
+func summarize(stderr string) string {
+	first, rest, more := strings.Cut(stderr, "\n")
+	if !more || strings.TrimSpace(rest) == "" {
+		return stderr
+	}
+	return first + " [the rest of the guest's stderr is in the debug log]"
+}
+
+// Stderr returns everything the guest wrote on stderr before the failure
+// err reports, or "" when err is not a guest's failure.
+func Stderr(err error) string {
+	var exit *ExitError
+	if errors.As(err, &exit) {
+		return exit.Stderr
+	}
+	var trap *TrapError
+	if errors.As(err, &trap) {
+		return trap.Stderr
+	}
+	return ""
 }
 
 // exitPanic is what our proc_exit panics with. Unlike wazero's own proc_exit
@@ -395,7 +425,7 @@ func (e *TrapError) Error() string {
 		msg = msg[:i]
 	}
 	if e.Stderr != "" {
-		msg += " (guest stderr: " + e.Stderr + ")"
+		msg += " (guest stderr: " + summarize(e.Stderr) + ")"
 	}
 	return msg
 }
