@@ -145,7 +145,7 @@ func (ts *testServer) policiesStatus(t *testing.T) (fileError string, byID map[s
 // lost.
 func TestHotReloadUnderLoad(t *testing.T) {
 	version := func(i int) string {
-		return writePoliciesDoc(t, fmt.Sprintf("p: {module: {labels}, settings: {denied_labels: [always, v%d]}}\n"+
+		return policiesDoc(t, fmt.Sprintf("p: {module: {labels}, settings: {denied_labels: [always, v%d]}}\n"+
 			"other: {module: {wasi-log}}\n", i))
 	}
 	path := setUpSymlinked(t, version(0))
@@ -221,22 +221,11 @@ func TestHotReloadUnderLoad(t *testing.T) {
 	t.Logf("%d requests during %d reloads", requests.Load(), versions)
 }
 
-// writePoliciesDoc puts the test policies' module URIs into a policies.yml
-// document, as writePolicies does, without writing it.
-func writePoliciesDoc(t *testing.T, doc string) string {
-	t.Helper()
-	b, err := os.ReadFile(writePolicies(t, doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // TestHotReloadFailures breaks the policies file in each way a reload can
 // fail: the policies that serve keep serving, the failure shows in GET
 // /policies and in the reload metric, and fixing the file recovers.
 func TestHotReloadFailures(t *testing.T) {
-	good := writePoliciesDoc(t, "p: {module: {labels}, settings: {denied_labels: [bad]}}\n")
+	good := policiesDoc(t, "p: {module: {labels}, settings: {denied_labels: [bad]}}\n")
 	path := writePolicies(t, good)
 	ts := startServer(t, testOptions(t, path))
 	bad := map[string]string{"bad": "x"}

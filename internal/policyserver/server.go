@@ -104,7 +104,6 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if s.fetcher, err = newFetcher(opts, logger, verifier); err != nil {
 		return nil, err
 	}
-	fetcher := s.fetcher
 	// Run natively, Kubewarden's cel-policy would never be fetched, so its
 	// signature never checked: with verification on, it runs from its
 	// verified module.
@@ -115,7 +114,7 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	start := time.Now()
 	s.env, err = engine.NewEnvironment(engine.Options{
 		Fetch: func(ctx context.Context, uri string) ([]byte, error) {
-			m, err := fetcher.Fetch(ctx, uri)
+			m, err := s.fetcher.Fetch(ctx, uri)
 			return m.Bytes, err
 		},
 		Runtime:               s.rt,

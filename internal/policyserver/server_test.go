@@ -47,16 +47,24 @@ func module(t *testing.T, name string) string {
 // file:// URL of the test policy name.
 func writePolicies(t *testing.T, doc string) string {
 	t.Helper()
-	for _, name := range []string{"labels", "mutate-labels", "wasi-log", "raw", "trap", "loop", "oom", "garbage", "wasi-garbage", "wasi-fail"} {
-		if strings.Contains(doc, "{"+name+"}") {
-			doc = strings.ReplaceAll(doc, "{"+name+"}", module(t, name))
-		}
-	}
+	doc = policiesDoc(t, doc)
 	path := filepath.Join(t.TempDir(), "policies.yml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// policiesDoc returns a policies.yml document where {name} is replaced by
+// the file:// URL of the test policy name.
+func policiesDoc(t *testing.T, doc string) string {
+	t.Helper()
+	for _, name := range []string{"labels", "mutate-labels", "wasi-log", "raw", "trap", "loop", "oom", "garbage", "wasi-garbage", "wasi-fail"} {
+		if strings.Contains(doc, "{"+name+"}") {
+			doc = strings.ReplaceAll(doc, "{"+name+"}", module(t, name))
+		}
+	}
+	return doc
 }
 
 func testOptions(t *testing.T, policies string) policyserver.Options {
