@@ -47,6 +47,7 @@ type Options struct {
 	MemoryLimitMiB     int
 	MaxRequestBodySize int64
 	NativeCELPolicy    bool
+	WatchPolicies      bool
 
 	// HostCapabilities answers the policies' oci, net, crypto and
 	// kubernetes host calls. It is not a flag: Main builds it from the
@@ -80,6 +81,7 @@ func DefaultOptions() Options {
 		MemoryLimitMiB:     512,
 		MaxRequestBodySize: 16 << 20,
 		NativeCELPolicy:    true,
+		WatchPolicies:      true,
 	}
 }
 
@@ -146,6 +148,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "Directory of the compiled-module cache (empty: no cache)")
 	fs.IntVar(&o.MemoryLimitMiB, "memory-limit", o.MemoryLimitMiB, "Memory cap of one policy instance, in MiB")
 	fs.Int64Var(&o.MaxRequestBodySize, "max-request-body-bytes", o.MaxRequestBodySize, "Largest request body accepted")
+	fs.BoolVar(&o.WatchPolicies, "watch-policies", o.WatchPolicies, "Reload the --policies file when it changes; false reloads it on SIGHUP only")
 	fs.BoolVar(&o.NativeCELPolicy, "native-cel-policy", o.NativeCELPolicy, "Run Kubewarden's published cel-policy module natively, with the same answers; false runs its wasm (as --verification-path does, so that the module is verified)")
 }
 

@@ -1,6 +1,7 @@
 package policyserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,12 +32,22 @@ const (
 	msgReloadWatched = "watching the policies file for changes"
 )
 
+// errEmptyPolicies refuses a reload of an empty policies file: a file
+// rewritten in place is empty between its truncation and its write, and a
+// reload that caught that moment would remove every policy. "{}" removes
+// them all on purpose.
+var errEmptyPolicies = errors.New("the file is empty: every policy keeps serving (write {} to remove them all)")
+
 // readPolicies reads and parses the policies file.
 func readPolicies(path string) (map[string]*engine.PolicyConfig, error) {
 	doc, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading policies: %w", err)
 	}
+	return parsePolicies(path, doc)
+}
+
+func parsePolicies(path string, doc []byte) (map[string]*engine.PolicyConfig, error) {
 	configs, err := engine.ParsePolicies(doc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -61,13 +72,22 @@ func (s *Server) startReflectors(ctx context.Context, configs map[string]*engine
 // Reload reads the policies file again and applies what changed: new
 // policies are added, changed ones replaced, missing ones removed. A policy
 // whose new version fails keeps its previous version serving; a file that
-// cannot be read or parsed changes nothing. Each outcome is logged, counted
+// cannot be read or parsed, or is empty, changes nothing. Each outcome is logged, counted
 // in warden_policy_reload_total and shown by GET /policies. It returns the
 // changes applied. Safe for concurrent use: reloads run one at a time.
 func (s *Server) Reload(ctx context.Context) []engine.Change {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
-	configs, err := readPolicies(s.opts.PoliciesPath)
+	doc, err := os.ReadFile(s.opts.PoliciesPath)
+	var configs map[string]*engine.PolicyConfig
+	switch {
+	case err != nil:
+		err = fmt.Errorf("reading policies: %w", err)
+	case len(bytes.TrimSpace(doc)) == 0:
+		err = fmt.Errorf("%s: %w", s.opts.PoliciesPath, errEmptyPolicies)
+	default:
+		configs, err = parsePolicies(s.opts.PoliciesPath, doc)
+	}
 	s.fileErr.Store(nil)
 	if err != nil {
 		msg := err.Error()

@@ -209,6 +209,9 @@ func (s *Server) Serve(ctx context.Context) error {
 		}()
 	}
 	go func() {
+		if !s.opts.WatchPolicies {
+			return
+		}
 		if err := s.watchPolicies(ctx); err != nil {
 			// Reloads on SIGHUP still work: serving goes on.
 			s.logger.ErrorContext(ctx, "cannot watch the policies file: it is read again on SIGHUP only",
