@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,7 @@ type Environment struct {
 	stateMu sync.Mutex
 	entries map[string]*entry // what is served, by top-level id
 	failed  map[string]error  // ids whose last change failed, with why
+	aliases map[string]string // other ids of served policies: alias -> id
 	closed  bool
 	current atomic.Pointer[Engine]
 
@@ -231,6 +234,23 @@ func (env *Environment) Apply(ctx context.Context, configs map[string]*PolicyCon
 	return changes
 }
 
+// SetAliases makes each policy of aliases (alias -> id) answer under its
+// alias as well, in place of the aliases set before; a group's members
+// answer under alias/member. An alias of an id not served answers nothing
+// until that id is. Aliases never shadow an id: an alias that is also an id
+// is ignored.
+func (env *Environment) SetAliases(aliases map[string]string) {
+	env.mu.Lock()
+	defer env.mu.Unlock()
+	if env.closed {
+		return
+	}
+	env.stateMu.Lock()
+	env.aliases = maps.Clone(aliases)
+	env.stateMu.Unlock()
+	env.publish()
+}
+
 // Status returns the status of every policy served or that failed, sorted
 // by id.
 func (env *Environment) Status() []PolicyStatus {
@@ -359,6 +379,15 @@ func (env *Environment) snapshot() *Engine {
 		e.entries = append(e.entries, en)
 		for pid, p := range en.policies {
 			e.policies[pid] = p
+		}
+	}
+	for alias, id := range env.aliases {
+		en, ok := env.entries[id]
+		if _, isID := env.entries[alias]; !ok || isID {
+			continue
+		}
+		for pid, p := range en.policies {
+			e.policies[alias+strings.TrimPrefix(pid, id)] = p // a group's members too
 		}
 	}
 	e.refs.Store(1)

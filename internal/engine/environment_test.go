@@ -337,3 +337,69 @@ func TestEnvironmentInit(t *testing.T) {
 		t.Errorf("an unknown policy: %v", err)
 	}
 }
+
+// An alias answers with the policy it names, members included, follows
+// SetAliases, and never hides an id.
+func TestEnvironmentAliases(t *testing.T) {
+	f := newEnvFixture(t, nil)
+	// A policy server in cluster mode serves each generation of a policy
+	// as <name>/<generation>, an id policies.yml cannot give.
+	configs := f.configs("p1: {module: {labels}, settings: {denied_labels: [foo]}}\n" +
+		"p2: {module: {labels}, settings: {denied_labels: [bar]}}\n" +
+		"g1: {expression: 'm()', message: 'no', policies: {m: {module: {labels}, settings: {denied_labels: [baz]}}}}\n")
+	generations := map[string]*PolicyConfig{}
+	for id, c := range configs {
+		generations[id[:1]+"/"+id[1:]] = c
+	}
+	if err := f.env.Init(context.Background(), generations); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		aliases map[string]string
+		answers map[string]string // "id labels" -> answer
+	}{
+		{aliases: map[string]string{"p": "p/1", "g": "g/1"},
+			answers: map[string]string{"p foo": "label foo is denied", "p bar": "accept", "g baz": "no", "g/m baz": "label baz is denied"}},
+		{aliases: map[string]string{"p": "p/2"},
+			answers: map[string]string{"p foo": "accept", "p bar": "label bar is denied", "g baz": "error: unknown policy: g"}},
+		{aliases: map[string]string{"p": "p/3", "p/1": "p/2"},
+			answers: map[string]string{"p bar": "error: unknown policy: p", "p/1 foo": "label foo is denied"}},
+	}
+	for i, s := range steps {
+		f.env.SetAliases(s.aliases)
+		for q, want := range s.answers {
+			id, labels, _ := strings.Cut(q, " ")
+			if got := f.answer(id, labels); got != want {
+				t.Errorf("step %d: %s with labels %q: %q, want %q", i, id, labels, got, want)
+			}
+		}
+	}
+}
+
+// FailedStage tells a policy server which step of a load failed.
+func TestFailedStage(t *testing.T) {
+	f := newEnvFixture(t, nil)
+	if err := os.WriteFile(filepath.Join(f.dir, "not-wasm.wasm"), []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]LoadStage{
+		"a: {module: 'file://{dir}/missing.wasm'}":                                                    StageFetch,
+		"a: {module: 'file://{dir}/not-wasm.wasm'}":                                                   StageCompile,
+		"a: {module: {labels}, settings: {denied_labels: 5}}":                                         StageSettings,
+		"a: {module: builtin://cel, settings: {validations: [{expression: 'nonsense ((('}]}}":         StageSettings,
+		"a: {expression: 'm()', message: 'no', policies: {m: {module: 'file://{dir}/missing.wasm'}}}": StageFetch,
+	}
+	for doc, want := range tests {
+		changes := f.env.Apply(context.Background(), f.configs(doc+"\n"))
+		if len(changes) != 1 || changes[0].Err == nil {
+			t.Errorf("%s: changes %v, want one failure", doc, changes)
+			continue
+		}
+		if got := FailedStage(changes[0].Err); got != want {
+			t.Errorf("%s: stage %q of %v, want %q", doc, got, changes[0].Err, want)
+		}
+	}
+	if got := FailedStage(errors.New("other")); got != StageOther {
+		t.Errorf("FailedStage of a plain error = %q, want %q", got, StageOther)
+	}
+}

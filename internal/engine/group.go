@@ -40,6 +40,7 @@ func (l *loader) group(ctx context.Context, id string, c *PolicyConfig) (*Policy
 	g := &policyGroup{message: c.Message, members: map[string]*Policy{}, names: sortedKeys(c.Policies)}
 	members := make(map[string]memberLoad, len(c.Policies))
 	var problems []string
+	stage := StageSettings // of the expression, unless a member fails
 	for _, name := range g.names {
 		m := memberLoad{ID: id + "/" + name}
 		m.policy, m.err = l.policy(ctx, m.ID, c.Policies[name].config())
@@ -52,6 +53,10 @@ func (l *loader) group(ctx context.Context, id string, c *PolicyConfig) (*Policy
 			problems = append(problems, m.ID+": "+m.err.Error())
 		default:
 			g.members[name] = m.policy
+			continue
+		}
+		if len(problems) == 1 {
+			stage = FailedStage(m.err)
 		}
 	}
 	expr, err := groupexpr.Compile(c.Expression, g.names)
@@ -60,7 +65,7 @@ func (l *loader) group(ctx context.Context, id string, c *PolicyConfig) (*Policy
 	}
 	if len(problems) > 0 {
 		sort.Strings(problems)
-		return nil, members, errors.New(strings.Join(problems, ", "))
+		return nil, members, &stageError{stage: stage, err: errors.New(strings.Join(problems, ", "))}
 	}
 	g.expr = expr
 	return &Policy{ID: id, Mode: c.Mode(), group: g}, members, nil

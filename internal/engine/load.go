@@ -154,22 +154,19 @@ func (ml *moduleLoad) claim() bool {
 func (ml *moduleLoad) load(ctx context.Context, uri string, opts Options) {
 	b, err := opts.Fetch(ctx, uri)
 	if err != nil {
-		ml.err = err // it names the module
+		ml.err = &stageError{stage: StageFetch, err: err} // it names the module
 		return
 	}
 	meta, err := metadata.FromModule(b)
 	switch {
 	case errors.Is(err, metadata.ErrMissing):
 		meta = &metadata.Metadata{} // Kubewarden's defaults, refused below
-	case errors.Is(err, wasm.ErrNotWasm):
-		ml.err = fmt.Errorf("module %s: %w", uri, err)
-		return
-	case err != nil:
-		ml.err = fmt.Errorf("module %s: %w", uri, err)
+	case err != nil: // wasm.ErrNotWasm among others
+		ml.err = &stageError{stage: StageCompile, err: fmt.Errorf("module %s: %w", uri, err)}
 		return
 	}
 	if err := meta.ValidateForServer(opts.CompatVersion); err != nil {
-		ml.err = err
+		ml.err = &stageError{stage: StageCompile, err: err}
 		return
 	}
 	switch meta.Mode() {
@@ -178,11 +175,11 @@ func (ml *moduleLoad) load(ctx context.Context, uri string, opts Options) {
 	case metadata.ModeOPA, metadata.ModeGatekeeper:
 		ml.mod, err = opts.Runtime.CompileOPA(ctx, b)
 	default:
-		ml.err = fmt.Errorf("execution mode %s is not supported", meta.Mode())
+		ml.err = &stageError{stage: StageCompile, err: fmt.Errorf("execution mode %s is not supported", meta.Mode())}
 		return
 	}
 	if err != nil {
-		ml.err = fmt.Errorf("module %s: %w", uri, err)
+		ml.err = &stageError{stage: StageCompile, err: fmt.Errorf("module %s: %w", uri, err)}
 		return
 	}
 	ml.meta = meta
@@ -249,6 +246,46 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Polic
 type invalidSettingsError struct{ msg string }
 
 func (e *invalidSettingsError) Error() string { return "Policy settings are invalid: " + e.msg }
+
+// LoadStage is the step of loading a policy that failed.
+type LoadStage string
+
+// Load stages, in the order a policy goes through them.
+const (
+	// StageFetch: the module could not be fetched (or its signature
+	// verified: the fetcher verifies).
+	StageFetch LoadStage = "fetch"
+	// StageCompile: the module is not one the server can run.
+	StageCompile LoadStage = "compile"
+	// StageSettings: the policy refused its settings.
+	StageSettings LoadStage = "settings"
+	// StageOther: anything else, such as a guest that traps while
+	// starting.
+	StageOther LoadStage = "other"
+)
+
+// stageError marks a load error with the stage that failed; its message is
+// the error's.
+type stageError struct {
+	stage LoadStage
+	err   error
+}
+
+func (e *stageError) Error() string { return e.err.Error() }
+func (e *stageError) Unwrap() error { return e.err }
+
+// FailedStage returns the stage at which the load that returned err failed.
+func FailedStage(err error) LoadStage {
+	var se *stageError
+	if errors.As(err, &se) {
+		return se.stage
+	}
+	var ie *invalidSettingsError
+	if errors.As(err, &ie) {
+		return StageSettings
+	}
+	return StageOther
+}
 
 // cmp returns a if it is set, else b.
 func cmp(a, b time.Duration) time.Duration {
