@@ -37,7 +37,15 @@ type Target struct {
 }
 
 // errNotVerifiable refuses modules that cannot carry a signature.
-var errNotVerifiable = errors.New("signature verification is on, and only registry:// modules carry signatures")
+var errNotVerifiable = &VerificationError{Err: errors.New("signature verification is on, and only registry:// modules carry signatures")}
+
+// VerificationError is a module the Verifier refused, or one that cannot
+// carry a signature while verification is on: found with errors.As in a
+// Fetch error, it tells a refused module from one that could not be pulled.
+type VerificationError struct{ Err error }
+
+func (e *VerificationError) Error() string { return e.Err.Error() }
+func (e *VerificationError) Unwrap() error { return e.Err }
 
 // fetchVerified gets a registry module for a Fetcher with a Verifier: the
 // manifest, its verification, then the layer the verified manifest names,
@@ -53,7 +61,7 @@ func (f *Fetcher) fetchVerified(ctx context.Context, loc location, dest string) 
 	}
 	t := Target{URI: loc.uri, Repository: loc.ref.Registry + "/" + loc.ref.Repository, ManifestDigest: man.Digest}
 	if err := f.verifier.VerifyModule(ctx, f, t); err != nil {
-		return Module{}, err
+		return Module{}, &VerificationError{Err: err}
 	}
 	f.logger.DebugContext(ctx, "module signatures verified", keyModule, loc.uri, keyManifest, man.Digest)
 	if !loc.alwaysPull {

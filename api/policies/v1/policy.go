@@ -23,6 +23,12 @@ const (
 	// PolicyServer that serves it, so a policy server watches only its own.
 	PolicyServerLabel = "kubewarden.io/policy-server"
 
+	// RollbackAnnotation on a policy asks the controller to roll it back
+	// to the generation it names: the spec of that generation's
+	// PolicyRevision becomes the policy's (a new generation), and the
+	// annotation is removed.
+	RollbackAnnotation = "kubewarden.io/rollback-to-generation"
+
 	// AnnotationSeverity is the policy annotation holding its severity,
 	// copied into policy reports.
 	AnnotationSeverity = "io.kubewarden.policy.severity"

@@ -320,3 +320,29 @@ func TestPolicyServerHelpers(t *testing.T) {
 		t.Errorf("ports = %d, %d, %d", ps.EffectiveWebhookPort(), ps.EffectiveReadinessProbePort(), ps.EffectiveMetricsPort(8080))
 	}
 }
+
+// Rolling back replaces the whole spec with the revision's, fields the old
+// spec did not set included.
+func TestPolicyRevisionApplyTo(t *testing.T) {
+	old := &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 2}}
+	old.Spec.Module = "registry://example/old:v1"
+	data, err := policiesv1.NewPolicyRevisionData(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := &policiesv1.PolicyRevision{Spec: policiesv1.PolicyRevisionSpec{ObjectReference: policiesv1.NewPolicyReference(old), PolicyGeneration: 2, Data: data}}
+
+	cur := old.DeepCopy()
+	cur.Generation = 5
+	cur.Spec.Module = "registry://example/new:v2"
+	cur.Spec.Message = "set after generation 2"
+	if err := rev.ApplyTo(cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Spec.Module != old.Spec.Module || cur.Spec.Message != "" || cur.Name != "p" || cur.Generation != 5 {
+		t.Errorf("after ApplyTo: module %q, message %q, name %q, generation %d", cur.Spec.Module, cur.Spec.Message, cur.Name, cur.Generation)
+	}
+	if err := rev.ApplyTo(&policiesv1.AdmissionPolicy{}); err == nil {
+		t.Error("ApplyTo a policy of another kind succeeded")
+	}
+}

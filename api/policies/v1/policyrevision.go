@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -83,6 +84,29 @@ func (r *PolicyRevision) DecodePolicy() (Policy, error) {
 	p.SetUID(ref.UID)
 	p.SetGeneration(r.Spec.PolicyGeneration)
 	return p, nil
+}
+
+// ApplyTo replaces p's spec with the one the revision holds: the rollback
+// of p to the revision. Fields this version of the API does not know are
+// ignored.
+func (r *PolicyRevision) ApplyTo(p Policy) error {
+	old, err := r.DecodePolicy()
+	if err != nil {
+		return err
+	}
+	if PolicyKind(old) != PolicyKind(p) {
+		return fmt.Errorf("PolicyRevision %q holds a %s, not a %s", r.Name, PolicyKind(old), PolicyKind(p))
+	}
+	from, err := policySpec(old)
+	if err != nil {
+		return err
+	}
+	to, err := policySpec(p)
+	if err != nil {
+		return err
+	}
+	reflect.ValueOf(to).Elem().Set(reflect.ValueOf(from).Elem())
+	return nil
 }
 
 // policySpec returns a pointer to the spec of p.
