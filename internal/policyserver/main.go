@@ -64,6 +64,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return 1
 	}
 	opts.HostCapabilities = caps
+	if opts.PolicyServerName != "" {
+		if opts.Kube, err = hostcap.LoadKubeConfig(getenv); err != nil {
+			logger.Error("policy server failed to start", observability.KeyError, fmt.Errorf("cluster mode: %w", err))
+			return 1
+		}
+		opts.Kube.UserAgent = "warden-policy-server/" + buildinfo.String()
+	}
 	if kube != nil {
 		defer kube.close()
 		opts.Reflect = kube.Reflect

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
 
 	"github.com/wardenhq/warden/internal/engine"
 )
@@ -48,6 +49,16 @@ type Options struct {
 	MaxRequestBodySize int64
 	NativeCELPolicy    bool
 	WatchPolicies      bool
+
+	// Cluster mode (RFC 000): with PolicyServerName set, the server serves
+	// the PolicyRevisions of that PolicyServer instead of --policies.
+	PolicyServerName       string
+	PodName                string
+	PodNamespace           string
+	NamespacedCapabilities []string
+	// Kube reaches the API server in cluster mode. It is not a flag: Main
+	// loads it as the kubernetes host capabilities do.
+	Kube *rest.Config
 
 	// HostCapabilities answers the policies' oci, net, crypto and
 	// kubernetes host calls. It is not a flag: Main builds it from the
@@ -116,6 +127,10 @@ var flagEnv = map[string]string{
 	"memory-limit":                         "WARDEN_MEMORY_LIMIT",
 	"max-request-body-bytes":               "WARDEN_MAX_REQUEST_BODY_BYTES",
 	"native-cel-policy":                    "WARDEN_NATIVE_CEL_POLICY",
+	"policy-server-name":                   "KUBEWARDEN_POLICY_SERVER_NAME",
+	"pod-name":                             "KUBEWARDEN_POD_NAME",
+	"pod-namespace":                        "KUBEWARDEN_POD_NAMESPACE",
+	"namespaced-policies-capabilities":     "KUBEWARDEN_NAMESPACED_POLICIES_CAPABILITIES",
 }
 
 // AddFlags registers the options on fs.
@@ -149,6 +164,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MemoryLimitMiB, "memory-limit", o.MemoryLimitMiB, "Memory cap of one policy instance, in MiB")
 	fs.Int64Var(&o.MaxRequestBodySize, "max-request-body-bytes", o.MaxRequestBodySize, "Largest request body accepted")
 	fs.BoolVar(&o.WatchPolicies, "watch-policies", o.WatchPolicies, "Reload the --policies file when it changes; false reloads it on SIGHUP only")
+	fs.StringVar(&o.PolicyServerName, "policy-server-name", o.PolicyServerName, "Cluster mode: serve the PolicyRevisions of this PolicyServer (instead of --policies), report their status and take part in electing the replica that initialises them")
+	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Cluster mode: this replica's pod name, ending in its ordinal (the downward API's metadata.name)")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Cluster mode: the namespace of the PolicyRevisions and of the leader Lease (the downward API's metadata.namespace)")
+	fs.StringSliceVar(&o.NamespacedCapabilities, "namespaced-policies-capabilities", o.NamespacedCapabilities, "Cluster mode: host capabilities namespaced policies may use (comma separated; empty: all)")
 	fs.BoolVar(&o.NativeCELPolicy, "native-cel-policy", o.NativeCELPolicy, "Run Kubewarden's published cel-policy module natively, with the same answers; false runs its wasm (as --verification-path does, so that the module is verified)")
 }
 
@@ -229,6 +248,14 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxRequestBodySize <= 0 {
 		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
+	}
+	if o.PolicyServerName != "" {
+		if o.PodNamespace == "" {
+			errs = append(errs, errors.New("--policy-server-name requires --pod-namespace"))
+		}
+		if _, err := replicaOrdinal(o.PodName); err != nil {
+			errs = append(errs, fmt.Errorf("--policy-server-name requires --pod-name: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }

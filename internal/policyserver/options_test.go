@@ -120,3 +120,16 @@ func TestMainCommandLine(t *testing.T) {
 		})
 	}
 }
+
+func TestReplicaOrdinal(t *testing.T) {
+	for pod, want := range map[string]int32{"policy-server-default-0": 0, "policy-server-a-b-12": 12} {
+		if got, err := replicaOrdinal(pod); err != nil || got != want {
+			t.Errorf("replicaOrdinal(%q) = %d, %v; want %d", pod, got, err, want)
+		}
+	}
+	for _, pod := range []string{"", "policy-server", "policy-server-x", "policy-server-+1", "7"} {
+		if _, err := replicaOrdinal(pod); err == nil || !strings.Contains(err.Error(), "replica ordinal") {
+			t.Errorf("replicaOrdinal(%q): %v, want an error naming the ordinal", pod, err)
+		}
+	}
+}

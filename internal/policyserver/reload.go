@@ -75,7 +75,14 @@ func (s *Server) startReflectors(ctx context.Context, configs map[string]*engine
 // cannot be read or parsed, or is empty, changes nothing. Each outcome is logged, counted
 // in warden_policy_reload_total and shown by GET /policies. It returns the
 // changes applied. Safe for concurrent use: reloads run one at a time.
+//
+// In cluster mode there is no policies file: Reload looks at the
+// PolicyRevisions again, in the background, and returns nothing.
 func (s *Server) Reload(ctx context.Context) []engine.Change {
+	if s.revs != nil {
+		s.revs.poke()
+		return nil
+	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	doc, err := os.ReadFile(s.opts.PoliciesPath)
@@ -99,17 +106,22 @@ func (s *Server) Reload(ctx context.Context) []engine.Change {
 	s.startReflectors(ctx, configs)
 	changes := s.env.Apply(ctx, configs)
 	for _, c := range changes {
-		s.metrics.RecordReload(ctx, c.ID, c.Action, c.Err != nil)
-		switch {
-		case c.Err == nil:
-			s.logger.InfoContext(ctx, msgReloaded, observability.KeyPolicyID, c.ID, "action", c.Action)
-		case c.Action == engine.ActionAdd:
-			s.logger.ErrorContext(ctx, msgAddFailed, observability.KeyPolicyID, c.ID, observability.KeyError, c.Err)
-		default:
-			s.logger.ErrorContext(ctx, msgReloadFailed, observability.KeyPolicyID, c.ID, observability.KeyError, c.Err)
-		}
+		s.recordReload(ctx, c)
 	}
 	return changes
+}
+
+// recordReload logs a change and counts it in warden_policy_reload_total.
+func (s *Server) recordReload(ctx context.Context, c engine.Change) {
+	s.metrics.RecordReload(ctx, c.ID, c.Action, c.Err != nil)
+	switch {
+	case c.Err == nil:
+		s.logger.InfoContext(ctx, msgReloaded, observability.KeyPolicyID, c.ID, "action", c.Action)
+	case c.Action == engine.ActionAdd:
+		s.logger.ErrorContext(ctx, msgAddFailed, observability.KeyPolicyID, c.ID, observability.KeyError, c.Err)
+	default:
+		s.logger.ErrorContext(ctx, msgReloadFailed, observability.KeyPolicyID, c.ID, observability.KeyError, c.Err)
+	}
 }
 
 // watchPolicies reloads the policies file whenever it changes, until ctx is

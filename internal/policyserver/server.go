@@ -41,8 +41,12 @@ type Server struct {
 	tracing *observability.Tracing // nil: tracing off
 	rt      *wasm.Runtime
 	env     *engine.Environment
-	fetcher *policyfetch.Fetcher
-	tls     *certwatch.Watcher
+	// engineOpts are env's options; the leader of cluster mode builds
+	// throwaway environments with them.
+	engineOpts engine.Options
+	revs       *revisions // cluster mode; nil otherwise
+	fetcher    *policyfetch.Fetcher
+	tls        *certwatch.Watcher
 
 	reloadMu sync.Mutex             // serialises reloads
 	fileErr  atomic.Pointer[string] // why the policies file last failed to be read
@@ -83,7 +87,16 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if s.tracing, err = newTracing(ctx, opts, logger); err != nil {
 		return nil, err
 	}
-	configs, err := readPolicies(opts.PoliciesPath)
+	var configs map[string]*engine.PolicyConfig
+	var aliases map[string]string
+	if opts.PolicyServerName != "" {
+		if s.revs, err = newRevisions(ctx, s); err != nil {
+			return nil, err
+		}
+		configs, aliases, err = s.revs.initial(ctx)
+	} else {
+		configs, err = readPolicies(opts.PoliciesPath)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +125,7 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		logger.InfoContext(ctx, "signature verification is on: Kubewarden's cel-policy runs from its verified wasm module, not natively")
 	}
 	start := time.Now()
-	s.env, err = engine.NewEnvironment(engine.Options{
+	s.engineOpts = engine.Options{
 		Fetch: func(ctx context.Context, uri string) ([]byte, error) {
 			m, err := s.fetcher.Fetch(ctx, uri)
 			return m.Bytes, err
@@ -128,12 +141,16 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		CompatVersion:         CompatVersion,
 		WasmCELPolicy:         wasmCEL,
 		HostCapabilities:      opts.HostCapabilities,
-	})
-	if err != nil {
+	}
+	if s.env, err = engine.NewEnvironment(s.engineOpts); err != nil {
 		return nil, err
 	}
 	if err := s.env.Init(ctx, configs); err != nil {
 		return nil, err
+	}
+	if aliases != nil {
+		s.env.SetAliases(aliases)
+		s.revs.aliases = aliases
 	}
 	logger.InfoContext(ctx, "policies loaded", "count", len(configs), "duration", time.Since(start).Round(time.Millisecond))
 	// Loading leaves behind garbage several times the size of the modules
@@ -208,8 +225,11 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		}()
 	}
+	if s.revs != nil {
+		go s.revs.run(ctx)
+	}
 	go func() {
-		if !s.opts.WatchPolicies {
+		if !s.opts.WatchPolicies || s.revs != nil {
 			return
 		}
 		if err := s.watchPolicies(ctx); err != nil {
@@ -249,6 +269,9 @@ func (s *Server) Serve(ctx context.Context) error {
 // Close releases the engine and the runtime, and flushes and stops the
 // metrics and span exporters.
 func (s *Server) Close(ctx context.Context) {
+	if s.revs != nil {
+		s.revs.close()
+	}
 	if s.env != nil {
 		s.env.Close(ctx)
 	}

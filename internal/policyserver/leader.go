@@ -1,0 +1,182 @@
+package policyserver
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+	"github.com/wardenhq/warden/internal/engine"
+	"github.com/wardenhq/warden/internal/observability"
+	"github.com/wardenhq/warden/internal/policyconfig"
+	"github.com/wardenhq/warden/internal/policyfetch"
+)
+
+// Reasons of the Initialized condition the leader sets on a revision.
+const (
+	reasonInitialized       = "PolicyInitialized"
+	reasonPullError         = "PullError"
+	reasonVerificationError = "VerificationError"
+	reasonCompileError      = "CompileError"
+	reasonSettingsInvalid   = "SettingsInvalid"
+)
+
+// The leader Lease's timings: a leader that dies without releasing it is
+// replaced within leaseDuration.
+const (
+	leaseDuration = 15 * time.Second
+	leaseRenew    = 10 * time.Second
+	leaseRetry    = 2 * time.Second
+)
+
+// retryFailedInit is how long the leader waits before it initialises again
+// a revision that failed (the registry may be back).
+const retryFailedInit = 30 * time.Second
+
+// elect takes part, until ctx is done, in the election of the replica that
+// initialises revisions: the holder of the Lease policy-server-<name>.
+func (r *revisions) elect(ctx context.Context) {
+	cs, err := kubernetes.NewForConfig(r.s.opts.Kube)
+	if err != nil {
+		r.logger.ErrorContext(ctx, "cannot take part in the leader election: this replica never initialises revisions", observability.KeyError, err)
+		return
+	}
+	// The pod name says which replica leads; the suffix tells a restarted
+	// process from its predecessor, whose lease must expire first.
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: r.ns, Name: "policy-server-" + r.name},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: r.pod + "_" + hex.EncodeToString(suffix)},
+	}
+	for ctx.Err() == nil {
+		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   leaseDuration,
+			RenewDeadline:   leaseRenew,
+			RetryPeriod:     leaseRetry,
+			ReleaseOnCancel: true,
+			Name:            lock.LeaseMeta.Name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: r.lead,
+				OnStoppedLeading: func() {
+					r.logger.InfoContext(ctx, "no longer the leader: another replica initialises revisions")
+				},
+			},
+		})
+		if err != nil {
+			r.logger.ErrorContext(ctx, "cannot take part in the leader election", observability.KeyError, err)
+			return
+		}
+		le.Run(ctx)
+	}
+}
+
+// lead initialises revisions while this replica holds the Lease (ctx).
+func (r *revisions) lead(ctx context.Context) {
+	r.logger.InfoContext(ctx, "leading: this replica initialises PolicyRevisions", "lease", "policy-server-"+r.name)
+	failedAt := map[string]time.Time{} // revision name -> its last failed initialisation
+	ticker := time.NewTicker(revisionResync)
+	defer ticker.Stop()
+	for {
+		r.initializeAll(ctx, failedAt)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.leaderWake:
+		case <-ticker.C:
+		}
+	}
+}
+
+// initializeAll initialises every enabled revision not Initialized yet,
+// and those that failed more than retryFailedInit ago.
+func (r *revisions) initializeAll(ctx context.Context, failedAt map[string]time.Time) {
+	var list policiesv1.PolicyRevisionList
+	if err := r.cache.List(ctx, &list, client.InNamespace(r.ns)); err != nil {
+		r.logger.WarnContext(ctx, "cannot list PolicyRevisions", observability.KeyError, err)
+		return
+	}
+	for i := range list.Items {
+		rev := &list.Items[i]
+		cond := policiesv1.FindPolicyStatusCondition(rev.Status.Conditions, policiesv1.PolicyInitialized, nil)
+		if !rev.Spec.Enabled || cond != nil && cond.Status == metav1.ConditionTrue {
+			continue
+		}
+		if at, ok := failedAt[rev.Name]; ok && time.Since(at) < retryFailedInit {
+			continue
+		}
+		start := time.Now()
+		result := r.initialize(ctx, rev)
+		if ctx.Err() != nil {
+			return // leadership lost: the next leader starts over
+		}
+		if result.Status == metav1.ConditionTrue {
+			delete(failedAt, rev.Name)
+			r.logger.InfoContext(ctx, "PolicyRevision initialised", "revision", rev.Name, "duration", time.Since(start).Round(time.Millisecond))
+		} else {
+			failedAt[rev.Name] = time.Now()
+			r.logger.WarnContext(ctx, "PolicyRevision failed to initialise", "revision", rev.Name, "reason", result.Reason, observability.KeyError, result.Message)
+		}
+		r.setCondition(ctx, rev, result)
+	}
+}
+
+// initialize pulls the revision's modules, verifies their signatures when
+// the server verifies, compiles them and has the policy validate its
+// settings, in an environment of its own that is thrown away: the
+// condition it returns says whether every replica may load the revision.
+// The compiled code stays in the compilation cache.
+func (r *revisions) initialize(ctx context.Context, rev *policiesv1.PolicyRevision) policiesv1.PolicyStatusCondition {
+	cond := policiesv1.PolicyStatusCondition{Type: policiesv1.PolicyInitialized, Status: metav1.ConditionTrue,
+		Reason: reasonInitialized, Message: fmt.Sprintf("pulled, compiled and validated by %s", r.pod)}
+	fail := func(reason string, err error) policiesv1.PolicyStatusCondition {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reason, err.Error()
+		return cond
+	}
+	p, err := rev.DecodePolicy()
+	if err != nil {
+		return fail(reasonSettingsInvalid, err)
+	}
+	config, err := policyconfig.Config(p, r.caps)
+	if err != nil {
+		return fail(reasonSettingsInvalid, err)
+	}
+	scratch, err := engine.NewEnvironment(r.s.engineOpts)
+	if err != nil {
+		return fail(reasonCompileError, err)
+	}
+	defer scratch.Close(context.WithoutCancel(ctx))
+	for _, ch := range scratch.Apply(ctx, map[string]*engine.PolicyConfig{revisionID(p): config}) {
+		if ch.Err != nil {
+			return fail(initReason(ch.Err), ch.Err)
+		}
+	}
+	return cond
+}
+
+// initReason is the Initialized reason of a failed load.
+func initReason(err error) string {
+	var refused *policyfetch.VerificationError
+	switch engine.FailedStage(err) {
+	case engine.StageFetch:
+		if errors.As(err, &refused) {
+			return reasonVerificationError
+		}
+		return reasonPullError
+	case engine.StageSettings:
+		return reasonSettingsInvalid
+	default:
+		return reasonCompileError
+	}
+}
