@@ -186,7 +186,7 @@ func TestRender(t *testing.T) {
 			if w.createServiceAccount {
 				wantKinds = append(wantKinds, "ServiceAccount")
 			}
-			wantKinds = append(wantKinds, "ClusterRole", "ClusterRoleBinding", "Service", "Deployment")
+			wantKinds = append(wantKinds, "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment")
 			if w.policyServer != nil {
 				wantKinds = append(wantKinds, policyServerKind)
 			}

@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"encoding/json"
-	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -10,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
-	"github.com/wardenhq/warden/internal/engine"
 )
 
 func testPolicies() []policiesv1.Policy {
@@ -43,46 +40,6 @@ func testPolicies() []policiesv1.Policy {
 				},
 			}},
 		},
-	}
-}
-
-// The policy server reads what the controller writes.
-func TestPoliciesConfigIsWhatThePolicyServerReads(t *testing.T) {
-	ps := &policiesv1.PolicyServer{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
-	ps.Spec.NamespacedPoliciesCapabilities = []string{"oci/*"}
-	doc, err := policiesConfig(ps, testPolicies())
-	if err != nil {
-		t.Fatal(err)
-	}
-	configs, err := engine.ParsePolicies(doc)
-	if err != nil {
-		t.Fatalf("the policy server refuses policies.yml: %v\n%s", err, doc)
-	}
-	want := map[string]bool{"clusterwide-privileged": true, "namespaced-team-cel": true, "namespaced-group-team-group": true}
-	if len(configs) != len(want) {
-		t.Fatalf("policies.yml has %d policies, want %d:\n%s", len(configs), len(want), doc)
-	}
-	var entries map[string]policyEntry
-	if err := json.Unmarshal(doc, &entries); err != nil {
-		t.Fatal(err)
-	}
-	cap := entries["clusterwide-privileged"]
-	if cap.PolicyMode != "monitor" || !cap.AllowedToMutate || cap.Message != "custom" || string(cap.Settings) != `{"a":1}` ||
-		strings.Join(cap.HostCapabilities, ",") != "*" {
-		t.Errorf("cluster policy entry: %+v", cap)
-	}
-	if got := entries["namespaced-team-cel"].HostCapabilities; strings.Join(got, ",") != "oci/*" {
-		t.Errorf("namespaced policy capabilities = %v, want the PolicyServer's", got)
-	}
-	group := entries["namespaced-group-team-group"]
-	if group.Expression != "a() && b()" || len(group.Policies) != 2 || group.Policies["b"].Settings != nil {
-		t.Errorf("group entry: %+v", group)
-	}
-	if mode, ok := configuredMode(doc, "namespaced-team-cel"); !ok || mode != "protect" {
-		t.Errorf("configuredMode = %q, %v; want protect, true", mode, ok)
-	}
-	if _, ok := configuredMode(doc, "clusterwide-missing"); ok {
-		t.Error("configuredMode found a policy that is not there")
 	}
 }
 

@@ -233,10 +233,12 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 	}
 	for _, kind := range policyKinds {
 		pr := &PolicyReconciler{
-			Client:          mgr.GetClient(),
-			Kind:            kind,
-			Namespace:       opts.DeploymentsNamespace,
-			PolicyServerURL: opts.PolicyServerURL,
+			Client:               mgr.GetClient(),
+			Kind:                 kind,
+			Namespace:            opts.DeploymentsNamespace,
+			PolicyServerURL:      opts.PolicyServerURL,
+			RevisionHistoryLimit: opts.RevisionHistoryLimit,
+			Log:                  log.WithName(kind),
 		}
 		if err := pr.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the %s reconciler: %w", kind, err)

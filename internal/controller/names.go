@@ -15,10 +15,8 @@ const (
 	certFormatAnnotation = "kubewarden.io/cert-format-version"
 	certFormatVersion    = "1"
 
-	// policiesKey and sourcesKey are the keys of a policy server's
-	// ConfigMap.
-	policiesKey = "policies.yml"
-	sourcesKey  = "sources.yml"
+	// sourcesKey is the key of a policy server's ConfigMap.
+	sourcesKey = "sources.yml"
 
 	// policyServerLabel carries the PolicyServer name on its ConfigMap,
 	// Service, pods and the webhook configurations of its policies.
@@ -49,9 +47,8 @@ const (
 	sigstoreTrustConfigKey = "sigstore-trust-config"
 
 	// Mount points and files in the policy server container.
-	pkiDir    = "/pki"
-	configDir = "/config"
-	storeDir  = "/tmp"
+	pkiDir   = "/pki"
+	storeDir = "/tmp"
 )
 
 // commonLabels are the labels of a policy server's objects and pods.

@@ -67,6 +67,9 @@ type Options struct {
 	ImagePullSecrets []string
 	// HostNetwork runs the policy servers in the node's network.
 	HostNetwork bool
+	// RevisionHistoryLimit is how many disabled PolicyRevisions of each
+	// policy are kept for rollback.
+	RevisionHistoryLimit int
 }
 
 // DefaultOptions returns the defaults of the flags.
@@ -77,6 +80,7 @@ func DefaultOptions() Options {
 		PolicyServerMetricsPort: 8080,
 		WebhookServiceName:      "kubewarden-controller-webhook-service",
 		WebhookServerPort:       9443,
+		RevisionHistoryLimit:    10,
 	}
 }
 
@@ -110,7 +114,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.HostNetwork, "host-network", o.HostNetwork,
 		"Run the policy servers in the node's network (only when the API server cannot reach pod IPs; it exposes the webhooks on the node)")
 	fs.StringVar(&o.PolicyServerURL, "dev-policy-server-url", o.PolicyServerURL,
-		"Development only: webhooks call this https URL (plus /validate/<policy>) instead of the policy server Service")
+		"Development only: webhooks call this https URL (plus /validate/<policy>/<generation>) instead of the policy server Service")
+	fs.IntVar(&o.RevisionHistoryLimit, "revision-history-limit", o.RevisionHistoryLimit,
+		"Disabled PolicyRevisions kept per policy, for rollback (kubewarden.io/rollback-to-generation)")
 }
 
 // Validate checks the options.
@@ -135,6 +141,9 @@ func (o *Options) Validate() error {
 	}
 	if o.WebhookServiceName == "" && o.WebhookURL == "" {
 		errs = append(errs, errors.New("--webhook-service-name is required"))
+	}
+	if o.RevisionHistoryLimit < 0 {
+		errs = append(errs, fmt.Errorf("--revision-history-limit %d is negative", o.RevisionHistoryLimit))
 	}
 	if o.PolicyServerMetricsPort <= 0 || o.PolicyServerMetricsPort > 65535 {
 		errs = append(errs, fmt.Errorf("--policy-server-metrics-port %d is not a port", o.PolicyServerMetricsPort))

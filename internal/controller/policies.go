@@ -61,24 +61,6 @@ func policiesOf(list client.ObjectList) []policiesv1.Policy {
 	return out
 }
 
-// boundPolicies returns the policies of every kind bound to the
-// PolicyServer called name, except those being deleted.
-func boundPolicies(ctx context.Context, c client.Client, name string) ([]policiesv1.Policy, error) {
-	var out []policiesv1.Policy
-	for _, kind := range policyKinds {
-		list := newPolicyList(kind)
-		if err := c.List(ctx, list, client.MatchingFields{policyServerIndex: name}); err != nil {
-			return nil, fmt.Errorf("listing %s: %w", kind, err)
-		}
-		for _, p := range policiesOf(list) {
-			if p.GetDeletionTimestamp().IsZero() {
-				out = append(out, p)
-			}
-		}
-	}
-	return out, nil
-}
-
 // indexPolicyServer is the indexer of policyServerIndex.
 func indexPolicyServer(o client.Object) []string {
 	p, ok := o.(policiesv1.Policy)

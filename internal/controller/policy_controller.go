@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,6 +39,10 @@ type PolicyReconciler struct {
 	// PolicyServerURL, for development, makes webhooks call this URL
 	// instead of the policy server's Service.
 	PolicyServerURL string
+	// RevisionHistoryLimit is how many disabled PolicyRevisions of a
+	// policy are kept for rollback (--revision-history-limit).
+	RevisionHistoryLimit int
+	Log                  logr.Logger
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -52,6 +59,9 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer: %w", err)
 		}
 	}
+	if rolledBack, err := r.rollback(ctx, p); rolledBack || err != nil {
+		return ctrl.Result{}, err // the update brings the policy back
+	}
 	before := p.GetStatus().DeepCopy()
 	result, err := r.schedule(ctx, p)
 	if !equalPolicyStatus(before, p.GetStatus()) {
@@ -59,10 +69,15 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 			err = fmt.Errorf("writing the status: %w", serr)
 		}
 	}
+	if err != nil {
+		result = ctrl.Result{} // the error requeues
+	}
 	return result, err
 }
 
-// schedule computes the policy's status and its webhook.
+// schedule computes the policy's status, keeps a PolicyRevision of its
+// current generation, and points its webhook at the newest generation that
+// every replica of its PolicyServer serves (RFC 000).
 func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (ctrl.Result, error) {
 	status := p.GetStatus()
 	if p.GetPolicyServer() == "" {
@@ -81,31 +96,72 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 		return ctrl.Result{}, fmt.Errorf("reading the PolicyServer: %w", err)
 	}
 
-	var cm corev1.ConfigMap
-	err = r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: ps.NameWithPrefix()}, &cm)
-	if err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("reading the policy server configuration: %w", err)
-	}
-	mode, configured := configuredMode([]byte(cm.Data[policiesKey]), p.GetUniqueName())
-	if !configured {
-		p.SetPolicyModeStatus(policiesv1.PolicyModeStatusUnknown)
-	} else {
-		p.SetPolicyModeStatus(policiesv1.PolicyModeStatus(mode))
-	}
-	r.setCondition(p, policiesv1.PolicyServerConfigurationUpToDate, configured,
-		map[bool]string{true: "ConfigurationVersionMatch", false: "ConfigurationVersionMismatch"}[configured], "")
-
-	reachable, why, err := uniquelyReachable(ctx, r.Client, &ps, r.Namespace, cm.ResourceVersion)
+	revs, err := r.revisionsOf(ctx, p)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	reachable = reachable && configured
-	r.setCondition(p, policiesv1.PolicyUniquelyReachable, reachable,
-		map[bool]string{true: "LatestReplicaSetIsUniquelyReachable", false: "LatestReplicaSetIsNotUniquelyReachable"}[reachable], why)
-	if !reachable {
-		if status.PolicyStatus != policiesv1.PolicyStatusActive {
+	current, err := r.ensureRevision(ctx, p, revs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if revisionOf(revs, current.Spec.PolicyGeneration) == nil {
+		revs = append(revs, current)
+	}
+	replicas := ps.Spec.Replicas
+	if err := r.pruneReplicas(ctx, revs, replicas); err != nil {
+		return ctrl.Result{}, err
+	}
+	propagateConditions(p, current, replicas)
+
+	// The webhook moves to the current generation once every replica
+	// serves it, and otherwise stays where it is.
+	hook, err := r.existingWebhook(ctx, p)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	served, previous, switchedAt := servedGeneration(hook.GetAnnotations())
+	target := served
+	if readyOnAll(current, replicas) {
+		target = current.Spec.PolicyGeneration
+	}
+	if rev := revisionOf(revs, target); rev == nil || !rev.Spec.Enabled && target != current.Spec.PolicyGeneration {
+		target = 0 // collected or disabled by hand: nothing safe to call
+	}
+	if target != served {
+		previous, switchedAt = served, time.Now()
+	}
+	var result ctrl.Result
+	enabled := map[int64]bool{current.Spec.PolicyGeneration: true, target: target != 0}
+	if previous != 0 && previous != target {
+		if wait := drainDelay - time.Since(switchedAt); wait > 0 {
+			enabled[previous] = true
+			result.RequeueAfter = wait
+		}
+	}
+	if err := r.setEnabled(ctx, revs, enabled); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.collectRevisions(ctx, revs); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	upToDate := target == current.Spec.PolicyGeneration
+	r.setCondition(p, policiesv1.PolicyServerConfigurationUpToDate, upToDate,
+		map[bool]string{true: "ConfigurationVersionMatch", false: "ConfigurationVersionMismatch"}[upToDate], "")
+	why := ""
+	if !upToDate {
+		why = fmt.Sprintf("generation %d is not Ready on every one of the %d replicas", current.Spec.PolicyGeneration, replicas)
+	}
+	r.setCondition(p, policiesv1.PolicyUniquelyReachable, upToDate,
+		map[bool]string{true: "LatestReplicaSetIsUniquelyReachable", false: "LatestReplicaSetIsNotUniquelyReachable"}[upToDate], why)
+	if target == 0 {
+		p.SetPolicyModeStatus(policiesv1.PolicyModeStatusUnknown)
+		if status.PolicyStatus != policiesv1.PolicyStatusActive || hook.GetName() == "" {
 			p.SetStatus(policiesv1.PolicyStatusPending)
 			r.setActive(p, false, "PolicyServerNotReady", why)
+		}
+		if err := r.deleteWebhooks(ctx, p); err != nil {
+			return ctrl.Result{}, err
 		}
 		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
 	}
@@ -118,18 +174,50 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	target := webhookTarget{namespace: r.Namespace, policyServer: ps.Name, caBundle: bundle, url: r.PolicyServerURL}
-	if err := r.applyWebhook(ctx, p, target); err != nil {
+	servedPolicy, err := revisionOf(revs, target).DecodePolicy()
+	if err != nil {
 		return ctrl.Result{}, err
 	}
+	t := webhookTarget{namespace: r.Namespace, policyServer: ps.Name, caBundle: bundle, url: r.PolicyServerURL, generation: target}
+	routing := map[string]string{
+		servedGenerationAnnotation:   strconv.FormatInt(target, 10),
+		previousGenerationAnnotation: strconv.FormatInt(previous, 10),
+		switchedAtAnnotation:         switchedAt.UTC().Format(time.RFC3339),
+	}
+	if err := r.applyWebhook(ctx, servedPolicy, t, routing); err != nil {
+		return ctrl.Result{}, err
+	}
+	p.SetPolicyModeStatus(policiesv1.PolicyModeStatus(servedPolicy.GetPolicyMode()))
 	p.SetStatus(policiesv1.PolicyStatusActive)
 	r.setActive(p, true, "PolicyActive", "")
-	return ctrl.Result{}, nil
+	if !upToDate && result.RequeueAfter == 0 {
+		result.RequeueAfter = pendingRequeue
+	}
+	return result, nil
+}
+
+// existingWebhook returns the webhook configuration of p, of either kind,
+// or an empty object when it has none.
+func (r *PolicyReconciler) existingWebhook(ctx context.Context, p policiesv1.Policy) (client.Object, error) {
+	key := client.ObjectKey{Name: p.GetUniqueName()}
+	for _, o := range []client.Object{
+		&admissionregistrationv1.ValidatingWebhookConfiguration{},
+		&admissionregistrationv1.MutatingWebhookConfiguration{},
+	} {
+		err := r.Client.Get(ctx, key, o)
+		if err == nil {
+			return o, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("reading the webhook configuration: %w", err)
+		}
+	}
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{}, nil
 }
 
 // applyWebhook writes the webhook configuration of p, of the kind p needs,
 // and removes one of the other kind.
-func (r *PolicyReconciler) applyWebhook(ctx context.Context, p policiesv1.Policy, t webhookTarget) error {
+func (r *PolicyReconciler) applyWebhook(ctx context.Context, p policiesv1.Policy, t webhookTarget, annotations map[string]string) error {
 	name := p.GetUniqueName()
 	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: name}}
@@ -137,10 +225,18 @@ func (r *PolicyReconciler) applyWebhook(ctx context.Context, p policiesv1.Policy
 	var mutate controllerutil.MutateFn
 	if p.IsMutating() {
 		want, other = mutating, validating
-		mutate = func() error { desiredMutatingWebhook(mutating, p, t); return nil }
+		mutate = func() error {
+			desiredMutatingWebhook(mutating, p, t)
+			maps.Copy(mutating.Annotations, annotations)
+			return nil
+		}
 	} else {
 		want, other = validating, mutating
-		mutate = func() error { desiredValidatingWebhook(validating, p, t); return nil }
+		mutate = func() error {
+			desiredValidatingWebhook(validating, p, t)
+			maps.Copy(validating.Annotations, annotations)
+			return nil
+		}
 	}
 	if _, err := controllerutil.CreateOrUpdate(ctx, r.Client, want, mutate); err != nil {
 		return fmt.Errorf("writing the webhook configuration: %w", err)
@@ -169,6 +265,9 @@ func (r *PolicyReconciler) reconcileDeletion(ctx context.Context, p policiesv1.P
 	if err := r.deleteWebhooks(ctx, p); err != nil {
 		return err
 	}
+	if err := r.deleteRevisions(ctx, p); err != nil {
+		return err
+	}
 	removed := controllerutil.RemoveFinalizer(p, policiesv1.Finalizer)
 	removed = controllerutil.RemoveFinalizer(p, policiesv1.LegacyFinalizer) || removed
 	if removed {
@@ -193,47 +292,6 @@ func (r *PolicyReconciler) setCondition(p policiesv1.Policy, t policiesv1.Policy
 	})
 }
 
-// uniquelyReachable reports whether every pod of the policy server runs the
-// configuration at configVersion and is ready, and there are as many as it
-// has replicas: then every request reaches a replica that has the policy.
-// Without a kubelet (tests), pods and their readiness come from whoever
-// writes them.
-func uniquelyReachable(ctx context.Context, c client.Client, ps *policiesv1.PolicyServer, namespace, configVersion string) (bool, string, error) {
-	if configVersion == "" {
-		return false, "the policy server has no configuration yet", nil
-	}
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{policyServerLabel: ps.Name}); err != nil {
-		return false, "", fmt.Errorf("listing the policy server pods: %w", err)
-	}
-	ready := 0
-	for _, pod := range pods.Items {
-		if !pod.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if pod.Labels[configVersionLabel] != configVersion {
-			return false, fmt.Sprintf("pod %s runs another configuration", pod.Name), nil
-		}
-		if !podReady(&pod) {
-			return false, fmt.Sprintf("pod %s is not ready", pod.Name), nil
-		}
-		ready++
-	}
-	if ready == 0 || ready < int(ps.Spec.Replicas) {
-		return false, fmt.Sprintf("%d of %d replicas are ready", ready, ps.Spec.Replicas), nil
-	}
-	return true, "", nil
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // equalPolicyStatus compares statuses without transition times.
 func equalPolicyStatus(a, b *policiesv1.PolicyStatus) bool {
 	if a.PolicyStatus != b.PolicyStatus || a.PolicyMode != b.PolicyMode || len(a.Conditions) != len(b.Conditions) {
@@ -250,8 +308,8 @@ func equalPolicyStatus(a, b *policiesv1.PolicyStatus) bool {
 }
 
 // SetupWithManager registers the reconciler. Besides its own kind it runs
-// when the policy's PolicyServer, the policy server's pods or ConfigMap, or
-// the CA change.
+// when the policy's PolicyServer, one of its PolicyRevisions, or the CA
+// changes.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(r.Kind).
@@ -259,8 +317,7 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&policiesv1.PolicyServer{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.requestsFor(ctx, o.GetName())
 		})).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.byPolicyServerLabel)).
-		Watches(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.byPolicyServerLabel)).
+		Watches(&policiesv1.PolicyRevision{}, handler.EnqueueRequestsFromMapFunc(r.revisionPolicy)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			if o.GetNamespace() != r.Namespace || o.GetName() != caSecretName {
 				return nil
@@ -270,13 +327,14 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// byPolicyServerLabel maps an object of a policy server to its policies.
-func (r *PolicyReconciler) byPolicyServerLabel(ctx context.Context, o client.Object) []reconcile.Request {
-	name, ok := o.GetLabels()[policyServerLabel]
-	if !ok || o.GetNamespace() != r.Namespace {
+// revisionPolicy maps a PolicyRevision of this kind to its policy.
+func (r *PolicyReconciler) revisionPolicy(_ context.Context, o client.Object) []reconcile.Request {
+	rev, ok := o.(*policiesv1.PolicyRevision)
+	if !ok || o.GetNamespace() != r.Namespace || rev.Spec.ObjectReference.Kind != r.Kind {
 		return nil
 	}
-	return r.requestsFor(ctx, name)
+	ref := rev.Spec.ObjectReference
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}}}
 }
 
 // requestsFor returns requests for the policies of this kind bound to the

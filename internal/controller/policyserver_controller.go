@@ -229,16 +229,10 @@ func certValid(certPEM []byte, ca *pki.CA, dnsNames []string, ips []net.IP, now 
 	return true
 }
 
-// reconcileConfigMap writes the configuration of the policies bound to ps.
+// reconcileConfigMap writes the PolicyServer's sources.yml. Policies are
+// not in it: the policy servers read their PolicyRevisions (RFC 000), so
+// that a policy change never changes the pods.
 func (r *PolicyServerReconciler) reconcileConfigMap(ctx context.Context, ps *policiesv1.PolicyServer) (*corev1.ConfigMap, bool, error) {
-	policies, err := boundPolicies(ctx, r.Client, ps.Name)
-	if err != nil {
-		return nil, false, err
-	}
-	policiesYML, err := policiesConfig(ps, policies)
-	if err != nil {
-		return nil, false, err
-	}
 	sourcesYML, err := sourcesConfig(ps)
 	if err != nil {
 		return nil, false, err
@@ -250,7 +244,7 @@ func (r *PolicyServerReconciler) reconcileConfigMap(ctx context.Context, ps *pol
 			cm.Labels = map[string]string{}
 		}
 		cm.Labels[policyServerLabel] = ps.Name
-		cm.Data = map[string]string{policiesKey: string(policiesYML)}
+		cm.Data = map[string]string{}
 		if sourcesYML != nil {
 			cm.Data[sourcesKey] = string(sourcesYML)
 		}
@@ -305,13 +299,12 @@ func (r *PolicyServerReconciler) reconcileDeletion(ctx context.Context, ps *poli
 }
 
 // SetupWithManager registers the reconciler: it runs for PolicyServers, the
-// objects they own, any change of a policy (its PolicyServer's
-// configuration changes) and the CA Secret (every certificate follows it).
+// objects they own and the CA Secret (every certificate follows it).
 func (r *PolicyServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
-	b := ctrl.NewControllerManagedBy(mgr).
+	return ctrl.NewControllerManagedBy(mgr).
 		Named("policyserver").
 		For(&policiesv1.PolicyServer{}).
 		Owns(&appsv1.StatefulSet{}).
@@ -319,20 +312,8 @@ func (r *PolicyServerReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Secret{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.allForCA))
-	for _, kind := range policyKinds {
-		b = b.Watches(policiesv1.NewPolicy(kind), handler.EnqueueRequestsFromMapFunc(policyServerOf))
-	}
-	return b.Complete(r)
-}
-
-// policyServerOf maps a policy to its PolicyServer.
-func policyServerOf(_ context.Context, o client.Object) []reconcile.Request {
-	p, ok := o.(policiesv1.Policy)
-	if !ok || p.GetPolicyServer() == "" {
-		return nil
-	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: p.GetPolicyServer()}}}
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.allForCA)).
+		Complete(r)
 }
 
 // allForCA maps the CA Secret to every PolicyServer.

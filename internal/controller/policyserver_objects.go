@@ -4,6 +4,7 @@ import (
 	"maps"
 	"path"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -81,25 +82,29 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 
 	volumes := []corev1.Volume{
 		{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ps.NameWithPrefix()}}},
-		{Name: "policies", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: ps.NameWithPrefix()},
-			Items:                []corev1.KeyToPath{{Key: policiesKey, Path: policiesKey}},
-		}}},
 		{Name: "policy-store", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}
 	mounts := []corev1.VolumeMount{
 		{Name: "certs", MountPath: pkiDir, ReadOnly: true},
-		{Name: "policies", MountPath: configDir, ReadOnly: true},
 		{Name: "policy-store", MountPath: storeDir},
 	}
 	webhookPort, readinessPort := ps.EffectiveWebhookPort(), ps.EffectiveReadinessProbePort()
+	// Cluster mode (RFC 000): each replica serves the PolicyRevisions of
+	// the PolicyServer and reports on them as the replica its pod name
+	// ends with.
 	env := []corev1.EnvVar{
 		{Name: "KUBEWARDEN_CERT_FILE", Value: pkiDir + "/tls.crt"},
 		{Name: "KUBEWARDEN_KEY_FILE", Value: pkiDir + "/tls.key"},
 		{Name: "KUBEWARDEN_PORT", Value: strconv.Itoa(int(webhookPort))},
 		{Name: "KUBEWARDEN_READINESS_PROBE_PORT", Value: strconv.Itoa(int(readinessPort))},
 		{Name: "KUBEWARDEN_POLICIES_DOWNLOAD_DIR", Value: storeDir},
-		{Name: "KUBEWARDEN_POLICIES", Value: configDir + "/" + policiesKey},
+		{Name: "WARDEN_CACHE_DIR", Value: storeDir + "/compiled"},
+		{Name: "KUBEWARDEN_POLICY_SERVER_NAME", Value: ps.Name},
+		{Name: "KUBEWARDEN_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
+		{Name: "KUBEWARDEN_POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
+	}
+	if caps := ps.Spec.NamespacedPoliciesCapabilities; len(caps) > 0 {
+		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_NAMESPACED_POLICIES_CAPABILITIES", Value: strings.Join(caps, ",")})
 	}
 	if hasSources {
 		volumes = append(volumes, corev1.Volume{Name: "sources", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strconv"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -18,10 +19,16 @@ type webhookTarget struct {
 	// url, for development, replaces the Service with a URL: the policy's
 	// path is appended to it.
 	url string
+	// generation, when set, is the generation of the policy the webhook
+	// calls: /validate/<unique name>/<generation> (RFC 000).
+	generation int64
 }
 
 func (t webhookTarget) clientConfig(uniqueName string) admissionregistrationv1.WebhookClientConfig {
 	path := "/validate/" + uniqueName
+	if t.generation > 0 {
+		path += "/" + strconv.FormatInt(t.generation, 10)
+	}
 	if t.url != "" {
 		return admissionregistrationv1.WebhookClientConfig{
 			URL:      ptr.To(strings.TrimSuffix(t.url, "/") + path),

@@ -1,0 +1,72 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+)
+
+func TestRevisionName(t *testing.T) {
+	p := &policiesv1.AdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "psp", Generation: 3}}
+	if got := revisionName(p); got != "namespaced-team-psp-3" {
+		t.Errorf("revisionName = %q, want namespaced-team-psp-3", got)
+	}
+	long := &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 250), Generation: 7}}
+	other := long.DeepCopy()
+	other.Generation = 8
+	a, b := revisionName(long), revisionName(other)
+	if len(a) > validation.DNS1123SubdomainMaxLength || a == b {
+		t.Errorf("long names %q and %q: want distinct names of at most %d bytes", a, b, validation.DNS1123SubdomainMaxLength)
+	}
+	if errs := validation.IsDNS1123Subdomain(a); len(errs) > 0 {
+		t.Errorf("%q is not an object name: %v", a, errs)
+	}
+}
+
+func ready(replica int32, status metav1.ConditionStatus) policiesv1.PolicyStatusCondition {
+	return policiesv1.PolicyStatusCondition{Type: policiesv1.PolicyReady, Status: status, Replica: &replica, Reason: "x"}
+}
+
+func TestReadyOnAll(t *testing.T) {
+	rev := &policiesv1.PolicyRevision{Status: policiesv1.PolicyRevisionStatus{Conditions: []policiesv1.PolicyStatusCondition{
+		ready(0, metav1.ConditionTrue), ready(1, metav1.ConditionTrue), ready(2, metav1.ConditionFalse),
+	}}}
+	for replicas, want := range map[int32]bool{0: false, 1: true, 2: true, 3: false, 4: false} {
+		if got := readyOnAll(rev, replicas); got != want {
+			t.Errorf("readyOnAll with %d replicas = %t, want %t", replicas, got, want)
+		}
+	}
+}
+
+// The policy gets the current revision's conditions, one Ready per
+// replica it has now: Unknown for a replica that has not reported, none
+// for a replica it no longer has.
+func TestPropagateConditions(t *testing.T) {
+	p := &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 2}}
+	p.Status.Conditions = []policiesv1.PolicyStatusCondition{ready(0, metav1.ConditionTrue), ready(1, metav1.ConditionTrue), ready(2, metav1.ConditionTrue)}
+	rev := &policiesv1.PolicyRevision{
+		Spec: policiesv1.PolicyRevisionSpec{PolicyGeneration: 2},
+		Status: policiesv1.PolicyRevisionStatus{Conditions: []policiesv1.PolicyStatusCondition{
+			{Type: policiesv1.PolicyScheduled, Status: metav1.ConditionTrue, Reason: reasonScheduled},
+			{Type: policiesv1.PolicyInitialized, Status: metav1.ConditionFalse, Reason: "PullError", Message: "gone"},
+			ready(0, metav1.ConditionFalse),
+		}},
+	}
+	propagateConditions(p, rev, 2)
+	var got []string
+	for _, c := range p.Status.Conditions {
+		s := string(c.Type) + "=" + string(c.Status) + "/" + c.Reason
+		if c.Replica != nil {
+			s += "@" + string(rune('0'+*c.Replica))
+		}
+		got = append(got, s)
+	}
+	want := "Ready=False/x@0 Ready=Unknown/PolicyPending@1 Scheduled=True/PolicyScheduled Initialized=False/PullError"
+	if strings.Join(got, " ") != want {
+		t.Errorf("conditions:\n %s\nwant\n %s", strings.Join(got, " "), want)
+	}
+}
