@@ -28,26 +28,11 @@ import (
 	"github.com/wardenhq/warden/internal/policyserver"
 )
 
-// testRoot returns the repository root, found from the package directory
-// the test runs in.
-func testRoot(t *testing.T) string {
-	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := policybuild.RepoRoot(wd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return root
-}
-
 // testLayout is the repository's layout with the outputs (modules, TLS
 // files, the policies.yml pointing at the modules) in a temporary directory.
 func testLayout(t *testing.T) layout {
 	t.Helper()
-	root, tmp := testRoot(t), t.TempDir()
+	root, tmp := policybuild.RepoRootForTest(t), t.TempDir()
 	return layout{
 		PolicySources: filepath.Join(root, defaultLayout.PolicySources),
 		Modules:       filepath.Join(tmp, "build"),
@@ -402,7 +387,7 @@ func TestRunStopsBeforeBuilding(t *testing.T) {
 }
 
 func TestFindRepoRoot(t *testing.T) {
-	root := testRoot(t)
+	root := policybuild.RepoRootForTest(t)
 	other := t.TempDir()
 	if err := os.WriteFile(filepath.Join(other, "go.mod"), []byte("module example.com/other\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -434,7 +419,7 @@ func TestFindRepoRoot(t *testing.T) {
 }
 
 func TestInstructions(t *testing.T) {
-	root := testRoot(t)
+	root := policybuild.RepoRootForTest(t)
 	doc, err := os.ReadFile(filepath.Join(root, defaultLayout.Policies))
 	if err != nil {
 		t.Fatal(err)
@@ -622,7 +607,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 
-	root := testRoot(t)
+	root := policybuild.RepoRootForTest(t)
 	ca, err := os.ReadFile(filepath.Join(root, defaultLayout.TLS, "ca.pem"))
 	if err != nil {
 		t.Fatal(err)

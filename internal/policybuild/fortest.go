@@ -33,6 +33,17 @@ func ForTest(t testing.TB, name string) string {
 	return path
 }
 
+// RepoRootForTest returns the repository root, found from the working
+// directory (a test runs in its package's directory), or fails the test.
+func RepoRootForTest(t testing.TB) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatalf("policybuild: %v", err)
+	}
+	return root
+}
+
 // repoRoot returns the repository root at or above the working directory.
 func repoRoot() (string, error) {
 	wd, err := os.Getwd()

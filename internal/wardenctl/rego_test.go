@@ -1,7 +1,6 @@
 package wardenctl
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -13,14 +12,7 @@ import (
 // does) and writes it, without metadata, for run -e.
 func regoModule(t *testing.T, file, entrypoint string) string {
 	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := policybuild.RepoRoot(wd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := policybuild.RepoRootForTest(t)
 	b := regotest.Build(t, filepath.Join(root, "testdata", "rego", file), entrypoint)
 	return write(t, t.TempDir(), filepath.Base(file)+".wasm", string(b))
 }

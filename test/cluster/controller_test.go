@@ -7,16 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,8 +46,7 @@ func TestControllerEndToEnd(t *testing.T) {
 	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
 	startController(t, cl, opts)
 
-	k := newKubelet(t, c, port)
-	go k.run(ctx)
+	startPolicyServers(t, cl, port, "default")
 
 	mustCreate(t, c, &policiesv1.PolicyServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "default"},
@@ -71,7 +65,7 @@ func TestControllerEndToEnd(t *testing.T) {
 	}
 	mustCreate(t, c, cap)
 	waitActive(t, c, cap)
-	assertValidatingWebhook(t, c, "clusterwide-no-privileged", opts.PolicyServerURL+"/validate/clusterwide-no-privileged")
+	assertValidatingWebhook(t, c, "clusterwide-no-privileged", opts.PolicyServerURL+"/validate/clusterwide-no-privileged/1")
 
 	err := c.Create(ctx, pod("default", "privileged", true))
 	if err == nil || !strings.Contains(err.Error(), "Privileged container is not allowed") {
@@ -327,188 +321,6 @@ func waitForControllerWebhooks(t *testing.T, c client.Client) {
 		}
 		return c.Create(t.Context(), probe, client.DryRunAll) == nil
 	})
-}
-
-// kubelet stands in for the StatefulSet controller and the kubelet, which
-// the test cluster lacks: whenever the policy server's StatefulSet asks for
-// another configuration, it restarts the local policy server with the
-// controller's ConfigMap and Secret, and replaces the pod, marked ready once
-// the process is.
-type kubelet struct {
-	t       *testing.T
-	secret  string // the resourceVersion of the serving certificate in use
-	c       client.Client
-	port    int
-	binary  string
-	dir     string
-	running string // the config version the process serves
-	cmd     *exec.Cmd
-}
-
-func newKubelet(t *testing.T, c client.Client, port int) *kubelet {
-	dir := t.TempDir()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := policybuild.RepoRoot(wd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	binary := filepath.Join(dir, "policy-server")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/policy-server")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the policy server: %v\n%s", err, out)
-	}
-	k := &kubelet{t: t, c: c, port: port, binary: binary, dir: dir}
-	t.Cleanup(k.stop)
-	return k
-}
-
-func (k *kubelet) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		var sts appsv1.StatefulSet
-		err := k.c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "policy-server-default"}, &sts)
-		if err == nil {
-			if version := sts.Spec.Template.Labels["kubewarden/config-version"]; version != k.running {
-				if err := k.rollOut(ctx, &sts, version); err != nil && ctx.Err() == nil {
-					k.t.Logf("kubelet: rolling out %s: %v", version, err)
-				}
-			} else if err := k.syncCertificate(ctx); err != nil && ctx.Err() == nil {
-				k.t.Logf("kubelet: updating the certificate: %v", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func (k *kubelet) rollOut(ctx context.Context, sts *appsv1.StatefulSet, version string) error {
-	var cm corev1.ConfigMap
-	if err := k.c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "policy-server-default"}, &cm); err != nil {
-		return err
-	}
-	if cm.ResourceVersion != version {
-		return nil // the StatefulSet is behind its ConfigMap; wait for the next one
-	}
-	var secret corev1.Secret
-	if err := k.c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "policy-server-default"}, &secret); err != nil {
-		return err
-	}
-	k.stop()
-	k.secret = secret.ResourceVersion
-	pki, config := filepath.Join(k.dir, "pki"), filepath.Join(k.dir, "config")
-	for _, d := range []string{pki, config} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	files := map[string][]byte{
-		filepath.Join(pki, "tls.crt"):         secret.Data["tls.crt"],
-		filepath.Join(pki, "tls.key"):         secret.Data["tls.key"],
-		filepath.Join(config, "policies.yml"): []byte(cm.Data["policies.yml"]),
-	}
-	for path, data := range files {
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			return err
-		}
-	}
-	// The container's environment, with its paths mapped into the test's
-	// directory and its ports onto free ones.
-	readiness := freePort(k.t)
-	env := os.Environ()
-	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
-		v := e.Value
-		switch e.Name {
-		case "KUBEWARDEN_PORT":
-			v = fmt.Sprint(k.port)
-		case "KUBEWARDEN_READINESS_PROBE_PORT":
-			v = fmt.Sprint(readiness)
-		case "KUBEWARDEN_POLICIES_DOWNLOAD_DIR":
-			v = filepath.Join(k.dir, "store")
-		default:
-			v = strings.NewReplacer("/pki/", pki+"/", "/config/", config+"/").Replace(v)
-		}
-		env = append(env, e.Name+"="+v)
-	}
-	cmd := exec.Command(k.binary, "--addr", "127.0.0.1")
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	k.cmd = cmd
-	deadline := time.Now().Add(time.Minute)
-	for {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readiness", readiness))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the policy server did not become ready")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: wardenNamespace, Name: "policy-server-default-0"}}
-	if err := k.c.Delete(ctx, pod, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	for {
-		err := k.c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
-		if apierrors.IsNotFound(err) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	pod.Labels = sts.Spec.Template.Labels
-	pod.Spec = *sts.Spec.Template.Spec.DeepCopy()
-	if err := k.c.Create(ctx, pod); err != nil {
-		return err
-	}
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if err := k.c.Status().Update(ctx, pod); err != nil {
-		return err
-	}
-	k.running = version
-	return nil
-}
-
-// syncCertificate writes a changed serving certificate where the running
-// policy server reads it, as the kubelet updates a mounted Secret; the
-// policy server reloads it.
-func (k *kubelet) syncCertificate(ctx context.Context) error {
-	var secret corev1.Secret
-	if err := k.c.Get(ctx, client.ObjectKey{Namespace: wardenNamespace, Name: "policy-server-default"}, &secret); err != nil {
-		return err
-	}
-	if k.cmd == nil || secret.ResourceVersion == k.secret {
-		return nil
-	}
-	pki := filepath.Join(k.dir, "pki")
-	// The key first: the policy server reloads when the certificate changes.
-	if err := os.WriteFile(filepath.Join(pki, "tls.key"), secret.Data["tls.key"], 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(pki, "tls.crt"), secret.Data["tls.crt"], 0o600); err != nil {
-		return err
-	}
-	k.secret = secret.ResourceVersion
-	return nil
-}
-
-func (k *kubelet) stop() {
-	if k.cmd != nil {
-		_ = k.cmd.Process.Kill()
-		_ = k.cmd.Wait()
-		k.cmd = nil
-	}
 }
 
 func podCreateRules() []admissionregistrationv1.RuleWithOperations {

@@ -216,8 +216,7 @@ func TestControllerRecoversFromAPIServerOutage(t *testing.T) {
 	startControllerWithConfig(t, viaProxy, opts)
 	waitForControllerWebhooks(t, c)
 
-	k := newKubelet(t, c, port)
-	go k.run(ctx)
+	startPolicyServers(t, cl, port, "default")
 	mustCreate(t, c, &policiesv1.PolicyServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "default"},
 		Spec:       policiesv1.PolicyServerSpec{Image: "ghcr.io/wardenhq/warden-policy-server:test", Replicas: 1},

@@ -1,0 +1,350 @@
+//go:build cluster
+
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+	"github.com/wardenhq/warden/internal/clustertest"
+)
+
+// startPolicyServers runs the replicas of the PolicyServer called name as
+// local processes from its StatefulSet, behind a round-robin proxy on port
+// (the URL the controller's --dev-policy-server-url names), until the test
+// ends.
+func startPolicyServers(t *testing.T, cl *clustertest.Cluster, port int, name string) *podRunner {
+	t.Helper()
+	runner := newPodRunner(t, cl.Client, writeKubeconfig(t, cl.Config), name)
+	newRoundRobin(t, runner, port)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runner.run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return runner
+}
+
+// celLabelPolicy is a CEL policy rejecting pods labelled "blocked" with
+// message.
+func celLabelSettings(message string) runtime.RawExtension {
+	return runtime.RawExtension{Raw: fmt.Appendf(nil,
+		`{"validations":[{"expression":"!has(object.metadata.labels) || !('blocked' in object.metadata.labels)","message":%q}]}`, message)}
+}
+
+// TestPolicyLifecycle follows a policy through RFC 000's lifecycle on two,
+// then three, then one policy server replicas, with requests going through
+// the API server all along: each update reaches the webhook once both
+// replicas serve it, broken updates leave the last good generation
+// serving and say why on the policy, old revisions are collected, a
+// rollback brings back an old spec, and no request fails and no replica
+// restarts on the way.
+func TestPolicyLifecycle(t *testing.T) {
+	ctx := t.Context()
+	cl := startCluster(t)
+	c := cl.Client
+	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
+	port := freePort(t)
+	opts := controllerOptions(t)
+	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	opts.RevisionHistoryLimit = 2
+	startController(t, cl, opts)
+	runner := startPolicyServers(t, cl, port, "default")
+	mustCreate(t, c, &policiesv1.PolicyServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec:       policiesv1.PolicyServerSpec{Image: "ghcr.io/wardenhq/warden-policy-server:test", Replicas: 2},
+	})
+
+	policy := &policiesv1.ClusterAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "lifecycle"},
+		Spec: policiesv1.ClusterAdmissionPolicySpec{PolicySpec: policiesv1.PolicySpec{
+			PolicyServer: "default", Module: "builtin://cel", Rules: podCreateRules(),
+			Settings: celLabelSettings("gen-1"),
+		}},
+	}
+	mustCreate(t, c, policy)
+	waitServedGeneration(t, c, policy, 1)
+	assertDenied(t, c, "gen-1")
+	assertReplicaConditions(t, c, policy, 2)
+
+	// Requests go through the API server until the end of the updates;
+	// each must be denied by the policy, whatever generation answers.
+	load := startAdmissionLoad(t, c)
+
+	update := func(change func(*policiesv1.ClusterAdmissionPolicy)) int64 {
+		t.Helper()
+		var gen int64
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p := get(t, c, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy.Name}})
+			change(p)
+			err := c.Update(ctx, p)
+			gen = p.Generation
+			return err
+		})
+		if err != nil {
+			t.Fatalf("updating the policy: %v", err)
+		}
+		return gen
+	}
+
+	gen := update(func(p *policiesv1.ClusterAdmissionPolicy) { p.Spec.Settings = celLabelSettings("gen-2") })
+	waitServedGeneration(t, c, policy, gen)
+	assertDenied(t, c, "gen-2")
+	good := gen
+
+	broken := []struct {
+		name   string
+		change func(*policiesv1.ClusterAdmissionPolicy)
+		reason string
+	}{
+		{"a missing module", func(p *policiesv1.ClusterAdmissionPolicy) {
+			p.Spec.Module = "file:///nonexistent/policy.wasm"
+		}, "PullError"},
+		{"invalid settings", func(p *policiesv1.ClusterAdmissionPolicy) {
+			p.Spec.Module = "builtin://cel"
+			p.Spec.Settings = runtime.RawExtension{Raw: []byte(`{"validations":[{"expression":"nonsense((("}]}`)}
+		}, "SettingsInvalid"},
+		{"a registry that is down", func(p *policiesv1.ClusterAdmissionPolicy) {
+			p.Spec.Module = fmt.Sprintf("registry://127.0.0.1:%d/policies/gone:v1", freePort(t))
+		}, "PullError"},
+	}
+	for _, b := range broken {
+		gen := update(b.change)
+		eventually(t, b.name+" shows "+b.reason+" on the policy", func() bool {
+			p := get(t, c, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy.Name}})
+			cond := policiesv1.FindPolicyStatusCondition(p.Status.Conditions, policiesv1.PolicyInitialized, nil)
+			return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == b.reason && cond.ObservedGeneration == gen
+		})
+		if got := servedGeneration(t, c, policy); got != good {
+			t.Errorf("after %s (generation %d), the webhook calls generation %d, want %d", b.name, gen, got, good)
+		}
+		assertDenied(t, c, "gen-2")
+	}
+
+	gen = update(func(p *policiesv1.ClusterAdmissionPolicy) {
+		p.Spec.Module = "builtin://cel"
+		p.Spec.Settings = celLabelSettings("gen-fixed")
+	})
+	waitServedGeneration(t, c, policy, gen)
+	assertDenied(t, c, "gen-fixed")
+
+	// Rollback to the second generation: a new generation with its spec.
+	update(func(p *policiesv1.ClusterAdmissionPolicy) {
+		p.Annotations = map[string]string{policiesv1.RollbackAnnotation: strconv.FormatInt(good, 10)}
+	})
+	eventually(t, "the rollback is served", func() bool {
+		p := get(t, c, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy.Name}})
+		_, annotated := p.Annotations[policiesv1.RollbackAnnotation]
+		return !annotated && p.Generation > gen && servedGeneration(t, c, policy) == p.Generation
+	})
+	assertDenied(t, c, "gen-2")
+
+	failed, total := load.stop()
+	if failed > 0 || total == 0 {
+		t.Errorf("%d of %d requests through the API server failed during the updates, want 0 of some", failed, total)
+	}
+	for i := range 2 {
+		if n := runner.restarts(i); n != 0 {
+			t.Errorf("replica %d restarted %d times during the updates, want 0", i, n)
+		}
+	}
+	eventually(t, "at most 2 disabled revisions are kept", func() bool {
+		enabled, disabled := countRevisions(t, c, policy)
+		return disabled <= 2 && enabled >= 1
+	})
+
+	// Scale up: the new replica loads the served generation and shows on
+	// the policy; scale down: the removed replicas' conditions go.
+	scale := func(n int32) {
+		t.Helper()
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var ps policiesv1.PolicyServer
+			if err := c.Get(ctx, client.ObjectKey{Name: "default"}, &ps); err != nil {
+				return err
+			}
+			ps.Spec.Replicas = n
+			return c.Update(ctx, &ps)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	scale(3)
+	eventually(t, "the third replica reports Ready", func() bool {
+		return replicaConditions(t, c, policy) == "0:True,1:True,2:True"
+	})
+	scale(1)
+	eventually(t, "the removed replicas' conditions are gone", func() bool {
+		return replicaConditions(t, c, policy) == "0:True"
+	})
+	assertDenied(t, c, "gen-2")
+
+	// Deleting the policy deletes its revisions and its webhook.
+	if err := c.Delete(ctx, get(t, c, policy)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the revisions and the webhook are gone", func() bool {
+		enabled, disabled := countRevisions(t, c, policy)
+		err := c.Get(ctx, client.ObjectKey{Name: "clusterwide-lifecycle"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
+		return enabled+disabled == 0 && apierrors.IsNotFound(err)
+	})
+	mustCreate(t, c, blockedPod("after-delete"))
+}
+
+func blockedPod(name string) *corev1.Pod {
+	p := pod("default", name, false)
+	p.Labels = map[string]string{"blocked": "true"}
+	return p
+}
+
+// assertDenied checks that the API server refuses a blocked pod with
+// message.
+func assertDenied(t *testing.T, c client.Client, message string) {
+	t.Helper()
+	err := c.Create(t.Context(), blockedPod("blocked"), client.DryRunAll)
+	if err == nil || !strings.Contains(err.Error(), message) {
+		t.Fatalf("creating a blocked pod: %v, want a denial with %q", err, message)
+	}
+}
+
+// servedGeneration is the generation the policy's webhook calls, from its
+// URL, or 0 without a webhook.
+func servedGeneration(t *testing.T, c client.Client, p policiesv1.Policy) int64 {
+	t.Helper()
+	var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := c.Get(t.Context(), client.ObjectKey{Name: p.GetUniqueName()}, &cfg); err != nil || len(cfg.Webhooks) != 1 {
+		return 0
+	}
+	u := cfg.Webhooks[0].ClientConfig.URL
+	if u == nil {
+		return 0
+	}
+	prefix := "/validate/" + p.GetUniqueName() + "/"
+	i := strings.LastIndex(*u, prefix)
+	if i < 0 {
+		return 0
+	}
+	g, _ := strconv.ParseInt((*u)[i+len(prefix):], 10, 64)
+	return g
+}
+
+func waitServedGeneration(t *testing.T, c client.Client, p policiesv1.Policy, gen int64) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("the webhook of %s calls generation %d", p.GetName(), gen), func() bool {
+		return servedGeneration(t, c, p) == gen
+	})
+}
+
+// replicaConditions lists the Ready conditions of the policy as
+// "replica:status,...", in replica order.
+func replicaConditions(t *testing.T, c client.Client, p *policiesv1.ClusterAdmissionPolicy) string {
+	t.Helper()
+	got := get(t, c, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: p.Name}})
+	var out []string
+	for i := range int32(8) {
+		if cond := policiesv1.FindPolicyStatusCondition(got.Status.Conditions, policiesv1.PolicyReady, &i); cond != nil {
+			out = append(out, fmt.Sprintf("%d:%s", i, cond.Status))
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+func assertReplicaConditions(t *testing.T, c client.Client, p *policiesv1.ClusterAdmissionPolicy, replicas int) {
+	t.Helper()
+	var want []string
+	for i := range replicas {
+		want = append(want, fmt.Sprintf("%d:True", i))
+	}
+	eventually(t, "every replica reports Ready on the policy", func() bool {
+		return replicaConditions(t, c, p) == strings.Join(want, ",")
+	})
+}
+
+// countRevisions counts the policy's PolicyRevisions.
+func countRevisions(t *testing.T, c client.Client, p policiesv1.Policy) (enabled, disabled int) {
+	t.Helper()
+	var list policiesv1.PolicyRevisionList
+	if err := c.List(t.Context(), &list, client.InNamespace(wardenNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, rev := range list.Items {
+		if rev.Spec.ObjectReference.Name != p.GetName() {
+			continue
+		}
+		if rev.Spec.Enabled {
+			enabled++
+		} else {
+			disabled++
+		}
+	}
+	return enabled, disabled
+}
+
+// admissionLoad creates blocked pods (dry run) through the API server in a
+// loop, counting the answers that are not the policy's denial.
+type admissionLoad struct {
+	cancel        context.CancelFunc
+	wg            sync.WaitGroup
+	failed, total atomic.Int64
+	mu            sync.Mutex
+	firstFailure  string
+	t             *testing.T
+}
+
+func startAdmissionLoad(t *testing.T, c client.Client) *admissionLoad {
+	ctx, cancel := context.WithCancel(t.Context())
+	l := &admissionLoad{cancel: cancel, t: t}
+	for range 2 {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for ctx.Err() == nil {
+				err := c.Create(ctx, blockedPod("under-load"), client.DryRunAll)
+				if ctx.Err() != nil {
+					return
+				}
+				l.total.Add(1)
+				if err == nil || !strings.Contains(err.Error(), "denied the request") {
+					l.failed.Add(1)
+					l.mu.Lock()
+					if l.firstFailure == "" {
+						l.firstFailure = fmt.Sprint(err)
+					}
+					l.mu.Unlock()
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	return l
+}
+
+// stop ends the load and returns how many requests failed, of how many.
+func (l *admissionLoad) stop() (failed, total int64) {
+	l.cancel()
+	l.wg.Wait()
+	if l.firstFailure != "" {
+		l.t.Logf("first failed request: %s", l.firstFailure)
+	}
+	return l.failed.Load(), l.total.Load()
+}
