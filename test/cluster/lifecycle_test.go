@@ -5,6 +5,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,6 +91,8 @@ func TestPolicyLifecycle(t *testing.T) {
 	// Requests go through the API server until the end of the updates;
 	// each must be denied by the policy, whatever generation answers.
 	load := startAdmissionLoad(t, c)
+	time.Sleep(5 * time.Second) // latencies without updates, for comparison
+	load.setPhase("during updates")
 
 	update := func(change func(*policiesv1.ClusterAdmissionPolicy)) int64 {
 		t.Helper()
@@ -152,14 +155,25 @@ func TestPolicyLifecycle(t *testing.T) {
 	update(func(p *policiesv1.ClusterAdmissionPolicy) {
 		p.Annotations = map[string]string{policiesv1.RollbackAnnotation: strconv.FormatInt(good, 10)}
 	})
+	start := time.Now()
 	eventually(t, "the rollback is served", func() bool {
 		p := get(t, c, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy.Name}})
 		_, annotated := p.Annotations[policiesv1.RollbackAnnotation]
 		return !annotated && p.Generation > gen && servedGeneration(t, c, policy) == p.Generation
 	})
+	t.Logf("rollback served by every replica %s after the annotation", time.Since(start).Round(10*time.Millisecond))
 	assertDenied(t, c, "gen-2")
 
+	// Twenty updates in all: the last ones in a row.
+	last := ""
+	for i := range 13 {
+		last = fmt.Sprintf("gen-row-%d", i)
+		waitServedGeneration(t, c, policy, update(func(p *policiesv1.ClusterAdmissionPolicy) { p.Spec.Settings = celLabelSettings(last) }))
+	}
+	assertDenied(t, c, last)
+
 	failed, total := load.stop()
+	load.logLatencies()
 	if failed > 0 || total == 0 {
 		t.Errorf("%d of %d requests through the API server failed during the updates, want 0 of some", failed, total)
 	}
@@ -197,7 +211,7 @@ func TestPolicyLifecycle(t *testing.T) {
 	eventually(t, "the removed replicas' conditions are gone", func() bool {
 		return replicaConditions(t, c, policy) == "0:True"
 	})
-	assertDenied(t, c, "gen-2")
+	assertDenied(t, c, last)
 
 	// Deleting the policy deletes its revisions and its webhook.
 	if err := c.Delete(ctx, get(t, c, policy)); err != nil {
@@ -248,11 +262,15 @@ func servedGeneration(t *testing.T, c client.Client, p policiesv1.Policy) int64 
 	return g
 }
 
+// waitServedGeneration waits until the policy's webhook calls generation
+// gen, and logs how long that took (docs/benchmarks.md quotes it).
 func waitServedGeneration(t *testing.T, c client.Client, p policiesv1.Policy, gen int64) {
 	t.Helper()
+	start := time.Now()
 	eventually(t, fmt.Sprintf("the webhook of %s calls generation %d", p.GetName(), gen), func() bool {
 		return servedGeneration(t, c, p) == gen
 	})
+	t.Logf("generation %d of %s served by every replica %s after the update", gen, p.GetName(), time.Since(start).Round(10*time.Millisecond))
 }
 
 // replicaConditions lists the Ready conditions of the policy as
@@ -306,23 +324,49 @@ type admissionLoad struct {
 	cancel        context.CancelFunc
 	wg            sync.WaitGroup
 	failed, total atomic.Int64
-	mu            sync.Mutex
-	firstFailure  string
 	t             *testing.T
+
+	mu           sync.Mutex
+	firstFailure string
+	phase        string                     // what the latencies recorded now are of
+	latencies    map[string][]time.Duration // by phase
+}
+
+// setPhase files the latencies measured from now on under phase.
+func (l *admissionLoad) setPhase(phase string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.phase = phase
+}
+
+// logLatencies logs the median and 99th percentile of each phase
+// (docs/benchmarks.md quotes them).
+func (l *admissionLoad) logLatencies() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for phase, ds := range l.latencies {
+		slices.Sort(ds)
+		l.t.Logf("admission through the API server, %s: %d requests, p50 %s, p99 %s", phase, len(ds),
+			ds[len(ds)/2].Round(100*time.Microsecond), ds[len(ds)*99/100].Round(100*time.Microsecond))
+	}
 }
 
 func startAdmissionLoad(t *testing.T, c client.Client) *admissionLoad {
 	ctx, cancel := context.WithCancel(t.Context())
-	l := &admissionLoad{cancel: cancel, t: t}
+	l := &admissionLoad{cancel: cancel, t: t, phase: "no update", latencies: map[string][]time.Duration{}}
 	for range 2 {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
 			for ctx.Err() == nil {
+				start := time.Now()
 				err := c.Create(ctx, blockedPod("under-load"), client.DryRunAll)
 				if ctx.Err() != nil {
 					return
 				}
+				l.mu.Lock()
+				l.latencies[l.phase] = append(l.latencies[l.phase], time.Since(start))
+				l.mu.Unlock()
 				l.total.Add(1)
 				if err == nil || !strings.Contains(err.Error(), "denied the request") {
 					l.failed.Add(1)
