@@ -64,16 +64,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return 1
 	}
 	opts.HostCapabilities = caps
-	if opts.PolicyServerName != "" {
-		if opts.Kube, err = hostcap.LoadKubeConfig(getenv); err != nil {
-			logger.Error("policy server failed to start", observability.KeyError, fmt.Errorf("cluster mode: %w", err))
-			return 1
-		}
-		opts.Kube.UserAgent = "warden-policy-server/" + buildinfo.String()
-	}
 	if kube != nil {
 		defer kube.close()
 		opts.Reflect = kube.Reflect
+		opts.Kube = kube.config // cluster mode reads its revisions there
 	}
 	srv, err := New(ctx, opts, logger)
 	if err != nil {
@@ -143,8 +137,9 @@ func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) 
 // server at every start.
 type reflectedKubernetes struct {
 	*hostcap.Kubernetes
-	store *reflector.Store
-	dir   string
+	config *rest.Config // of the API server it reads
+	store  *reflector.Store
+	dir    string
 }
 
 func newReflectedKubernetes(cfg *rest.Config, logger *slog.Logger) (*reflectedKubernetes, error) {
@@ -163,7 +158,7 @@ func newReflectedKubernetes(cfg *rest.Config, logger *slog.Logger) (*reflectedKu
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	return &reflectedKubernetes{Kubernetes: kube, store: store, dir: dir}, nil
+	return &reflectedKubernetes{Kubernetes: kube, config: cfg, store: store, dir: dir}, nil
 }
 
 // close stops the reflectors and removes the store.

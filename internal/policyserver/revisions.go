@@ -249,16 +249,14 @@ func (r *revisions) sync(ctx context.Context) {
 		return
 	}
 	desired := map[string]*engine.PolicyConfig{}
-	served := map[string]bool{}
-	for _, st := range r.s.env.Status() {
-		served[st.ID] = st.State != engine.StateFailed
-	}
 	now := time.Now()
 	for _, sv := range list {
 		if sv.err != nil {
 			continue
 		}
-		if at, failed := r.failed[sv.id]; failed && !served[sv.id] && now.Sub(at) < retryFailedLoad {
+		// A revision's spec never changes, so one that failed here (and
+		// is not served) is only worth trying again after a while.
+		if at, failed := r.failed[sv.id]; failed && now.Sub(at) < retryFailedLoad {
 			continue
 		}
 		delete(r.failed, sv.id)
@@ -281,7 +279,11 @@ func (r *revisions) sync(ctx context.Context) {
 	for _, sv := range list {
 		cond := policiesv1.PolicyStatusCondition{Type: policiesv1.PolicyReady, Status: metav1.ConditionTrue, Reason: reasonLoaded,
 			Message: fmt.Sprintf("replica %d serves the policy", r.replica)}
-		switch err := cmpErr(sv.err, loadErrs[sv.id]); {
+		err := sv.err // an undecodable revision is never in desired
+		if err == nil {
+			err = loadErrs[sv.id]
+		}
+		switch {
 		case err != nil:
 			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reasonLoadError, err.Error()
 		case desired[sv.id] == nil:
@@ -289,13 +291,6 @@ func (r *revisions) sync(ctx context.Context) {
 		}
 		r.report(ctx, sv.rev, cond)
 	}
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // report sets cond, as this replica's, on the revision, unless the revision
