@@ -112,14 +112,15 @@ func (r *PolicyReconciler) ensureRevision(ctx context.Context, p policiesv1.Poli
 			Data:             data,
 		},
 	}
-	if err := r.Client.Create(ctx, rev); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating PolicyRevision %s: %w", rev.Name, err)
-	} else if apierrors.IsAlreadyExists(err) {
+	switch err := r.Client.Create(ctx, rev); {
+	case apierrors.IsAlreadyExists(err):
 		// Created by an earlier reconcile the cache has not seen yet.
 		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(rev), rev); err != nil {
 			return nil, err
 		}
 		return rev, nil
+	case err != nil:
+		return nil, fmt.Errorf("creating PolicyRevision %s: %w", rev.Name, err)
 	}
 	policiesv1.SetPolicyStatusCondition(&rev.Status.Conditions, policiesv1.PolicyStatusCondition{
 		Type: policiesv1.PolicyScheduled, Status: metav1.ConditionTrue, Reason: reasonScheduled,
