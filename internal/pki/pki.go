@@ -1,8 +1,9 @@
 // Package pki is Warden's own certificate authority: the CA the controller
 // keeps in a Secret, and the certificates it issues with it (the policy
-// servers' serving certificates, the controller's webhook certificate), and
-// the parsing of PEM certificates the rest of Warden shares. Keys are ECDSA
-// P-256, as Kubewarden's are; everything is PEM-encoded.
+// servers' serving and cache-signing certificates, the controller's webhook
+// certificate), and the parsing of PEM certificates the rest of Warden
+// shares. Keys are ECDSA P-256, as Kubewarden's are; everything is
+// PEM-encoded.
 //
 // It holds no state and imports nothing from Warden. Every function is safe
 // for concurrent use.
@@ -78,13 +79,9 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	if !cert.IsCA {
 		return nil, errors.New("the certificate is not a CA certificate")
 	}
-	block, _ := pem.Decode(keyPEM)
-	if block == nil {
-		return nil, errors.New("the CA key is not PEM")
-	}
-	key, err := x509.ParseECPrivateKey(block.Bytes)
+	key, err := ParseKey(keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("parsing the CA key: %w", err)
+		return nil, fmt.Errorf("the CA key: %w", err)
 	}
 	if !key.PublicKey.Equal(cert.PublicKey) {
 		return nil, errors.New("the CA key does not match its certificate")
@@ -127,6 +124,16 @@ func (ca *CA) IssueClient(commonName string, now time.Time, validity time.Durati
 	}, now, validity)
 }
 
+// IssueCodeSigning issues a certificate for commonName whose only use is
+// code signing: a policy server signs the compiled modules it shares with
+// it, and its replicas accept only blobs signed by such a certificate.
+func (ca *CA) IssueCodeSigning(commonName string, now time.Time, validity time.Duration) (Pair, error) {
+	return ca.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning},
+	}, now, validity)
+}
+
 func (ca *CA) issue(tmpl *x509.Certificate, now time.Time, validity time.Duration) (Pair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -150,6 +157,19 @@ func (ca *CA) issue(tmpl *x509.Certificate, now time.Time, validity time.Duratio
 		return Pair{}, err
 	}
 	return Pair{CertPEM: encode("CERTIFICATE", der), KeyPEM: keyPEM}, nil
+}
+
+// ParseKey parses a PEM ECDSA private key, as the CA writes them.
+func ParseKey(keyPEM []byte) (*ecdsa.PrivateKey, error) {
+	block, _ := pem.Decode(keyPEM)
+	if block == nil {
+		return nil, errors.New("not PEM")
+	}
+	key, err := x509.ParseECPrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parsing an EC private key: %w", err)
+	}
+	return key, nil
 }
 
 // ParseCertificate parses the first certificate of a PEM text.

@@ -96,6 +96,22 @@ func (ca *CA) Client(t testing.TB, name string) Pair {
 	return ca.issue(t, name, x509.ExtKeyUsageClientAuth)
 }
 
+// CodeSigning issues a code-signing certificate with the given common
+// name, as the controller issues a policy server's cache-signing one.
+func (ca *CA) CodeSigning(t testing.TB, name string) Pair {
+	return ca.issue(t, name, x509.ExtKeyUsageCodeSigning)
+}
+
+// WriteCA writes the CA's certificate as ca.pem in dir and returns its path.
+func (ca *CA) WriteCA(t testing.TB, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(path, ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func (ca *CA) issue(t testing.TB, name string, usage x509.ExtKeyUsage) Pair {
 	t.Helper()
 	key := newKey(t)

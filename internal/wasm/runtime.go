@@ -19,6 +19,8 @@ import (
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/wardenhq/warden/internal/sharedcache"
 )
 
 // Config configures a Runtime. The zero value is usable.
@@ -26,6 +28,11 @@ type Config struct {
 	// CacheDir, when set, keeps compiled machine code on disk so a restart
 	// does not compile the same modules again.
 	CacheDir string
+	// Shared, with CacheDir, is a cache of compiled code shared with other
+	// processes (the replicas of a policy server): a module whose verified
+	// code it holds is not compiled again, and code compiled here is
+	// stored in it (shared.go).
+	Shared *sharedcache.Store
 	// MemoryLimitBytes caps the linear memory of every instance; a guest
 	// that tries to grow beyond it sees memory.grow fail. Zero means
 	// DefaultMemoryLimitBytes.
@@ -58,6 +65,9 @@ type Runtime struct {
 	compiled map[string]*compileEntry // by digest of the original bytes
 
 	instances atomic.Int64 // live instances, for LiveInstances
+
+	cacheDir string             // Config.CacheDir
+	shared   *sharedcache.Store // nil when none
 
 	codeDir string       // where the files backing machine code go
 	code    []codeRegion // the machine code moved into files; guarded by codeMu
@@ -93,6 +103,9 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 		WithMemoryLimitPages(uint32(pages)).
 		WithCustomSections(false)
 	var cache wazero.CompilationCache
+	if cfg.Shared != nil && cfg.CacheDir == "" {
+		return nil, errors.New("a shared cache needs a cache directory of its own")
+	}
 	if cfg.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
 		if err != nil {
@@ -116,6 +129,8 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 		rt:         rt,
 		codeDir:    codeDir,
 		cache:      cache,
+		cacheDir:   cfg.CacheDir,
+		shared:     cfg.Shared,
 		memLimit:   pages * pageSize,
 		logger:     logger,
 		guestSlots: make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 1)),
@@ -213,7 +228,7 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 	if err != nil {
 		return nil, fmt.Errorf("reading module: %w", err)
 	}
-	cm, code, err := r.compileCode(ctx, rewritten)
+	cm, code, err := r.compileCode(ctx, digest, rewritten)
 	if err != nil {
 		return nil, fmt.Errorf("compiling module: %w", err)
 	}
@@ -237,22 +252,47 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 // compileCode compiles a module with every core, one compilation at a time,
 // and moves its machine code into a file mapping. A module whose code
 // cannot be moved (a read-only file system) keeps it in memory.
-func (r *Runtime) compileCode(ctx context.Context, module []byte) (wazero.CompiledModule, []codeRegion, error) {
+//
+// With a shared cache, the module's code comes from it when it holds
+// verified code, and goes to it when compiled here.
+func (r *Runtime) compileCode(ctx context.Context, digest string, module []byte) (wazero.CompiledModule, []codeRegion, error) {
 	ctx = experimental.WithFunctionListenerFactory(ctx, yieldListeners{})
 	ctx = experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0))
+	found := r.shared != nil && r.fromShared(ctx, digest)
+	cm, moved, created, err := r.compileLocked(ctx, module)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.shared != nil {
+		r.toShared(ctx, digest, created, found)
+	}
+	return cm, moved, nil
+}
+
+// compileLocked compiles under codeMu, and returns the files the
+// compilation added to wazero's cache when there is a shared cache.
+func (r *Runtime) compileLocked(ctx context.Context, module []byte) (wazero.CompiledModule, []codeRegion, []string, error) {
 	codeMu.Lock()
 	defer codeMu.Unlock()
+	var before map[string]bool
+	if r.shared != nil {
+		before = r.cacheFiles()
+	}
 	mapper := newCodeMapper()
 	cm, err := r.rt.CompileModule(ctx, module)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	moved, err := mapper.moved(r.codeDir)
 	r.code = append(r.code, moved...)
 	if err != nil {
 		r.logger.WarnContext(ctx, "machine code stays in anonymous memory", "dir", r.codeDir, "error", err)
 	}
-	return cm, moved, nil
+	var created []string
+	if r.shared != nil {
+		created = r.newCacheFiles(before)
+	}
+	return cm, moved, created, nil
 }
 
 // Retain adds a reference to a module that Compile returned and that is
