@@ -179,6 +179,9 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 		// The controllers' names are fixed in this package; the check
 		// only refuses a second manager in one process, which tests start.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		// A policy cache's claim is read once per reconcile, to check it
+		// exists: not worth watching every claim of the cluster.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.PersistentVolumeClaim{}}}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)

@@ -15,6 +15,12 @@ const (
 	certFormatAnnotation = "kubewarden.io/cert-format-version"
 	certFormatVersion    = "1"
 
+	// Keys of a policy server's Secret besides tls.crt and tls.key: the
+	// shared cache's signing certificate and key, and the CA bundle
+	// (caCertKey) its signatures must chain to.
+	cacheSigningCertKey = "cache-signing.crt"
+	cacheSigningKeyKey  = "cache-signing.key"
+
 	// sourcesKey is the key of a policy server's ConfigMap.
 	sourcesKey = "sources.yml"
 
@@ -47,8 +53,9 @@ const (
 	sigstoreTrustConfigKey = "sigstore-trust-config"
 
 	// Mount points and files in the policy server container.
-	pkiDir   = "/pki"
-	storeDir = "/tmp"
+	pkiDir         = "/pki"
+	storeDir       = "/tmp"
+	policyCacheDir = "/cache"
 )
 
 // commonLabels are the labels of a policy server's objects and pods.

@@ -133,6 +133,13 @@ func (r *PolicyServerReconciler) reconcileObjects(ctx context.Context, ps *polic
 			return err
 		}
 	}
+	if c := ps.Spec.PolicyCache; c != nil {
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: c.ClaimName}, &corev1.PersistentVolumeClaim{}); err != nil {
+			err = fmt.Errorf("reading the policy cache's PersistentVolumeClaim %q in %s: %w", c.ClaimName, r.Namespace, err)
+			setCondition(ps, policiesv1.PolicyServerDeploymentReconciled, err)
+			return err
+		}
+	}
 	err = r.apply(ctx, ps, &appsv1.StatefulSet{ObjectMeta: r.meta(ps)}, func(o client.Object) error {
 		r.desiredStatefulSet(o.(*appsv1.StatefulSet), ps, cm.ResourceVersion, hasSources)
 		return nil
@@ -170,11 +177,16 @@ func (r *PolicyServerReconciler) apply(ctx context.Context, ps *policiesv1.Polic
 	return nil
 }
 
-// reconcileCertSecret keeps a serving certificate for the policy server's
-// Service, issued by the current CA, in the Secret policy-server-<name>.
+// reconcileCertSecret keeps in the Secret policy-server-<name> a serving
+// certificate for the policy server's Service and a code-signing one for
+// its shared cache, both issued by the current CA, and the CA bundle.
 func (r *PolicyServerReconciler) reconcileCertSecret(ctx context.Context, ps *policiesv1.PolicyServer, ca *pki.CA) error {
 	dnsNames, ips := r.servingNames(ps)
 	now := r.Now()
+	bundle, err := caBundle(ctx, r.Client, r.Namespace)
+	if err != nil {
+		return err
+	}
 	return r.apply(ctx, ps, &corev1.Secret{ObjectMeta: r.meta(ps)}, func(o client.Object) error {
 		secret := o.(*corev1.Secret)
 		if secret.Annotations == nil {
@@ -182,14 +194,27 @@ func (r *PolicyServerReconciler) reconcileCertSecret(ctx context.Context, ps *po
 		}
 		secret.Annotations[certFormatAnnotation] = certFormatVersion
 		secret.Type = corev1.SecretTypeOpaque
-		if certValid(secret.Data[corev1.TLSCertKey], ca, dnsNames, ips, now) {
-			return nil
+		if secret.Data == nil {
+			secret.Data = map[string][]byte{}
 		}
-		pair, err := ca.IssueServer(dnsNames, ips, now, pki.ServerValidity)
-		if err != nil {
-			return err
+		if !certValid(secret.Data[corev1.TLSCertKey], ca, dnsNames, ips, now) {
+			pair, err := ca.IssueServer(dnsNames, ips, now, pki.ServerValidity)
+			if err != nil {
+				return err
+			}
+			secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey] = pair.CertPEM, pair.KeyPEM
 		}
-		secret.Data = map[string][]byte{corev1.TLSCertKey: pair.CertPEM, corev1.TLSPrivateKeyKey: pair.KeyPEM}
+		// The shared cache's signing certificate, and the CAs its
+		// signatures must chain to (the previous one too, during a
+		// rotation, so that blobs signed before it still load).
+		if !certValid(secret.Data[cacheSigningCertKey], ca, nil, nil, now) {
+			pair, err := ca.IssueCodeSigning(ps.NameWithPrefix()+" policy cache", now, pki.ServerValidity)
+			if err != nil {
+				return err
+			}
+			secret.Data[cacheSigningCertKey], secret.Data[cacheSigningKeyKey] = pair.CertPEM, pair.KeyPEM
+		}
+		secret.Data[caCertKey] = bundle
 		return nil
 	})
 }
@@ -210,10 +235,10 @@ func (r *PolicyServerReconciler) servingNames(ps *policiesv1.PolicyServer) ([]st
 }
 
 // certValid reports whether certPEM is a certificate of ca, not due for
-// renewal, for every one of dnsNames (never empty) and ips.
+// renewal, for every one of dnsNames and ips.
 func certValid(certPEM []byte, ca *pki.CA, dnsNames []string, ips []net.IP, now time.Time) bool {
 	cert, err := pki.ParseCertificate(certPEM)
-	if err != nil || pki.NeedsRenewal(cert, now, certRenewalMargin) {
+	if err != nil || pki.NeedsRenewal(cert, now, certRenewalMargin) || !pki.IssuedBy(certPEM, ca, "", now) {
 		return false
 	}
 	for _, name := range dnsNames {

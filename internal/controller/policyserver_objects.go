@@ -103,6 +103,17 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 		{Name: "KUBEWARDEN_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
 		{Name: "KUBEWARDEN_POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
 	}
+	if c := ps.Spec.PolicyCache; c != nil {
+		volumes = append(volumes, corev1.Volume{Name: "policy-cache", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName},
+		}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "policy-cache", MountPath: policyCacheDir})
+		env = append(env,
+			corev1.EnvVar{Name: "WARDEN_SHARED_CACHE_DIR", Value: policyCacheDir},
+			corev1.EnvVar{Name: "WARDEN_CACHE_SIGNING_CERT_FILE", Value: pkiDir + "/" + cacheSigningCertKey},
+			corev1.EnvVar{Name: "WARDEN_CACHE_SIGNING_KEY_FILE", Value: pkiDir + "/" + cacheSigningKeyKey},
+			corev1.EnvVar{Name: "WARDEN_CACHE_CA_FILE", Value: pkiDir + "/" + caCertKey})
+	}
 	if caps := ps.Spec.NamespacedPoliciesCapabilities; len(caps) > 0 {
 		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_NAMESPACED_POLICIES_CAPABILITIES", Value: strings.Join(caps, ",")})
 	}

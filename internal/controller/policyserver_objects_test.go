@@ -28,6 +28,7 @@ func TestStatefulSetPodSettings(t *testing.T) {
 	tests := []struct {
 		name  string
 		r     PolicyServerReconciler
+		cache *policiesv1.PolicyCache
 		check func(t *testing.T, spec *corev1.PodSpec, annotations map[string]string, env map[string]string)
 	}{
 		{
@@ -38,6 +39,9 @@ func TestStatefulSetPodSettings(t *testing.T) {
 				}
 				if _, ok := env["KUBEWARDEN_CLIENT_CA_FILE"]; ok {
 					t.Error("mutual TLS without a client CA ConfigMap")
+				}
+				if _, ok := env["WARDEN_SHARED_CACHE_DIR"]; ok || mountOf(spec, "policy-cache") != nil {
+					t.Error("a shared cache without spec.policyCache")
 				}
 				if env["KUBEWARDEN_LOG_FMT"] != "json" {
 					t.Errorf("the PolicyServer's own KUBEWARDEN_LOG_FMT = %q, want json", env["KUBEWARDEN_LOG_FMT"])
@@ -100,12 +104,39 @@ func TestStatefulSetPodSettings(t *testing.T) {
 				}
 			},
 		},
+		{
+			name:  "shared policy cache",
+			cache: &policiesv1.PolicyCache{ClaimName: "compiled-policies"},
+			check: func(t *testing.T, spec *corev1.PodSpec, annotations map[string]string, env map[string]string) {
+				mount := mountOf(spec, "policy-cache")
+				if mount == nil || mount.MountPath != env["WARDEN_SHARED_CACHE_DIR"] || mount.ReadOnly {
+					t.Fatalf("cache mount %+v, WARDEN_SHARED_CACHE_DIR %q", mount, env["WARDEN_SHARED_CACHE_DIR"])
+				}
+				i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "policy-cache" })
+				if claim := spec.Volumes[i].PersistentVolumeClaim; claim == nil || claim.ClaimName != "compiled-policies" {
+					t.Errorf("cache volume %+v, want the claim compiled-policies", spec.Volumes[i])
+				}
+				// The signing files come from the policy server's Secret,
+				// mounted at /pki.
+				for name, want := range map[string]string{
+					"WARDEN_CACHE_SIGNING_CERT_FILE": "/pki/cache-signing.crt",
+					"WARDEN_CACHE_SIGNING_KEY_FILE":  "/pki/cache-signing.key",
+					"WARDEN_CACHE_CA_FILE":           "/pki/ca.crt",
+				} {
+					if env[name] != want {
+						t.Errorf("%s = %q, want %q", name, env[name], want)
+					}
+				}
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.r.Namespace = "warden"
 			var sts appsv1.StatefulSet
-			tc.r.desiredStatefulSet(&sts, ps, "1", false)
+			p := ps.DeepCopy()
+			p.Spec.PolicyCache = tc.cache
+			tc.r.desiredStatefulSet(&sts, p, "1", false)
 			spec := &sts.Spec.Template.Spec
 			env := map[string]string{}
 			for _, e := range spec.Containers[0].Env {

@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,14 +85,16 @@ func (r *revisions) elect(ctx context.Context) {
 	}
 }
 
-// lead initialises revisions while this replica holds the Lease (ctx).
+// lead initialises revisions while this replica holds the Lease (ctx), and
+// removes from the shared cache the code no revision needs any more.
 func (r *revisions) lead(ctx context.Context) {
 	r.logger.InfoContext(ctx, "leading: this replica initialises PolicyRevisions", "lease", "policy-server-"+r.name)
-	failedAt := map[string]time.Time{} // revision name -> its last failed initialisation
+	l := leaderState{failedAt: map[string]time.Time{}, digests: map[string][]string{}}
 	ticker := time.NewTicker(revisionResync)
 	defer ticker.Stop()
 	for {
-		r.initializeAll(ctx, failedAt)
+		r.initializeAll(ctx, &l)
+		r.collectBlobs(ctx, &l)
 		select {
 		case <-ctx.Done():
 			return
@@ -99,9 +104,17 @@ func (r *revisions) lead(ctx context.Context) {
 	}
 }
 
+// leaderState is what a leader remembers while it leads.
+type leaderState struct {
+	failedAt map[string]time.Time // revision name -> its last failed initialisation
+	// digests are the module digests of the revisions initialised here,
+	// by revision name: the watch may not show their status yet.
+	digests map[string][]string
+}
+
 // initializeAll initialises every enabled revision not Initialized yet,
 // and those that failed more than retryFailedInit ago.
-func (r *revisions) initializeAll(ctx context.Context, failedAt map[string]time.Time) {
+func (r *revisions) initializeAll(ctx context.Context, l *leaderState) {
 	var list policiesv1.PolicyRevisionList
 	if err := r.cache.List(ctx, &list, client.InNamespace(r.ns)); err != nil {
 		r.logger.WarnContext(ctx, "cannot list PolicyRevisions", observability.KeyError, err)
@@ -113,36 +126,44 @@ func (r *revisions) initializeAll(ctx context.Context, failedAt map[string]time.
 		if !rev.Spec.Enabled || cond != nil && cond.Status == metav1.ConditionTrue {
 			continue
 		}
-		if at, ok := failedAt[rev.Name]; ok && time.Since(at) < retryFailedInit {
+		if at, ok := l.failedAt[rev.Name]; ok && time.Since(at) < retryFailedInit {
 			continue
 		}
 		start := time.Now()
-		result := r.initialize(ctx, rev)
+		result, digests := r.initialize(ctx, rev)
 		if ctx.Err() != nil {
 			return // leadership lost: the next leader starts over
 		}
 		if result.Status == metav1.ConditionTrue {
-			delete(failedAt, rev.Name)
+			delete(l.failedAt, rev.Name)
+			l.digests[rev.Name] = digests
 			r.logger.InfoContext(ctx, "PolicyRevision initialised", "revision", rev.Name, "duration", time.Since(start).Round(time.Millisecond))
 		} else {
-			failedAt[rev.Name] = time.Now()
+			l.failedAt[rev.Name] = time.Now()
 			r.logger.WarnContext(ctx, "PolicyRevision failed to initialise", "revision", rev.Name, "reason", result.Reason, observability.KeyError, result.Message)
 		}
-		r.setCondition(ctx, rev, result)
+		r.updateStatus(ctx, rev, string(result.Type), func(st *policiesv1.PolicyRevisionStatus) bool {
+			changed := policiesv1.SetPolicyStatusCondition(&st.Conditions, result)
+			if result.Status == metav1.ConditionTrue && !slices.Equal(st.ModuleDigests, digests) {
+				st.ModuleDigests, changed = digests, true
+			}
+			return changed
+		})
 	}
 }
 
 // initialize pulls the revision's modules, verifies their signatures when
 // the server verifies, compiles them and has the policy validate its
 // settings, in an environment of its own that is thrown away: the
-// condition it returns says whether every replica may load the revision.
-// The compiled code stays in the compilation cache.
-func (r *revisions) initialize(ctx context.Context, rev *policiesv1.PolicyRevision) policiesv1.PolicyStatusCondition {
+// condition it returns says whether every replica may load the revision,
+// and the digests name the modules it pulled. The compiled code stays in
+// the compilation cache, and in the shared cache when there is one.
+func (r *revisions) initialize(ctx context.Context, rev *policiesv1.PolicyRevision) (policiesv1.PolicyStatusCondition, []string) {
 	cond := policiesv1.PolicyStatusCondition{Type: policiesv1.PolicyInitialized, Status: metav1.ConditionTrue,
 		Reason: reasonInitialized, Message: fmt.Sprintf("pulled, compiled and validated by %s", r.pod)}
-	fail := func(reason string, err error) policiesv1.PolicyStatusCondition {
+	fail := func(reason string, err error) (policiesv1.PolicyStatusCondition, []string) {
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, reason, err.Error()
-		return cond
+		return cond, nil
 	}
 	p, err := rev.DecodePolicy()
 	if err != nil {
@@ -162,7 +183,52 @@ func (r *revisions) initialize(ctx context.Context, rev *policiesv1.PolicyRevisi
 			return fail(initReason(ch.Err), ch.Err)
 		}
 	}
-	return cond
+	var digests []string
+	for _, st := range scratch.Status() {
+		for _, d := range st.Digests {
+			if strings.HasPrefix(d, "sha256:") && !slices.Contains(digests, d) {
+				digests = append(digests, d)
+			}
+		}
+	}
+	return cond, digests
+}
+
+// collectBlobs removes from the shared cache the code of the modules no
+// revision of the PolicyServer names. It does nothing while a revision
+// initialised by an older Warden, which did not record its modules, is
+// there: its code cannot be told from garbage.
+func (r *revisions) collectBlobs(ctx context.Context, l *leaderState) {
+	if r.s.shared == nil || ctx.Err() != nil {
+		return
+	}
+	var list policiesv1.PolicyRevisionList
+	if err := r.cache.List(ctx, &list, client.InNamespace(r.ns)); err != nil {
+		return
+	}
+	keep := map[string]bool{}
+	exists := map[string]bool{}
+	for _, rev := range list.Items {
+		exists[rev.Name] = true
+		digests := rev.Status.ModuleDigests
+		if mine, ok := l.digests[rev.Name]; ok {
+			digests = mine
+		} else if len(digests) == 0 && policiesv1.IsPolicyStatusConditionTrue(rev.Status.Conditions, policiesv1.PolicyInitialized, nil) {
+			r.logger.DebugContext(ctx, "not collecting the shared cache: a revision does not name its modules", "revision", rev.Name)
+			return
+		}
+		for _, d := range digests {
+			keep[strings.TrimPrefix(d, "sha256:")] = true
+		}
+	}
+	maps.DeleteFunc(l.digests, func(name string, _ []string) bool { return !exists[name] })
+	removed, err := r.s.shared.Collect(keep)
+	if len(removed) > 0 {
+		r.logger.InfoContext(ctx, "removed the compiled code of modules no revision names from the shared cache", "modules", removed)
+	}
+	if err != nil {
+		r.logger.WarnContext(ctx, "cannot collect the shared cache", observability.KeyError, err)
+	}
 }
 
 // initReason is the Initialized reason of a failed load.

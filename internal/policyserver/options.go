@@ -56,6 +56,13 @@ type Options struct {
 	PodName                string
 	PodNamespace           string
 	NamespacedCapabilities []string
+	// SharedCacheDir is the volume of compiled modules the replicas share,
+	// signed with CacheSigningCert/Key and verified against CacheCAFile
+	// (internal/sharedcache).
+	SharedCacheDir   string
+	CacheSigningCert string
+	CacheSigningKey  string
+	CacheCAFile      string
 	// Kube reaches the API server in cluster mode. It is not a flag: Main
 	// loads it as the kubernetes host capabilities do.
 	Kube *rest.Config
@@ -131,6 +138,10 @@ var flagEnv = map[string]string{
 	"pod-name":                             "KUBEWARDEN_POD_NAME",
 	"pod-namespace":                        "KUBEWARDEN_POD_NAMESPACE",
 	"namespaced-policies-capabilities":     "KUBEWARDEN_NAMESPACED_POLICIES_CAPABILITIES",
+	"shared-cache-dir":                     "WARDEN_SHARED_CACHE_DIR",
+	"cache-signing-cert":                   "WARDEN_CACHE_SIGNING_CERT_FILE",
+	"cache-signing-key":                    "WARDEN_CACHE_SIGNING_KEY_FILE",
+	"cache-ca-file":                        "WARDEN_CACHE_CA_FILE",
 }
 
 // AddFlags registers the options on fs.
@@ -168,6 +179,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Cluster mode: this replica's pod name, ending in its ordinal (the downward API's metadata.name)")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Cluster mode: the namespace of the PolicyRevisions and of the leader Lease (the downward API's metadata.namespace)")
 	fs.StringSliceVar(&o.NamespacedCapabilities, "namespaced-policies-capabilities", o.NamespacedCapabilities, "Cluster mode: host capabilities namespaced policies may use (comma separated; empty: all)")
+	fs.StringVar(&o.SharedCacheDir, "shared-cache-dir", o.SharedCacheDir, "Directory of compiled modules shared with other replicas (a ReadWriteMany volume): modules whose signed code is there are not compiled again, and code compiled here is stored there, signed; needs --cache-dir, --cache-signing-cert, --cache-signing-key and --cache-ca-file")
+	fs.StringVar(&o.CacheSigningCert, "cache-signing-cert", o.CacheSigningCert, "Code-signing certificate the shared cache's blobs are signed with")
+	fs.StringVar(&o.CacheSigningKey, "cache-signing-key", o.CacheSigningKey, "Private key of --cache-signing-cert")
+	fs.StringVar(&o.CacheCAFile, "cache-ca-file", o.CacheCAFile, "CA certificates the signatures of the shared cache's blobs must chain to")
 	fs.BoolVar(&o.NativeCELPolicy, "native-cel-policy", o.NativeCELPolicy, "Run Kubewarden's published cel-policy module natively, with the same answers; false runs its wasm (as --verification-path does, so that the module is verified)")
 }
 
@@ -248,6 +263,14 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxRequestBodySize <= 0 {
 		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
+	}
+	if o.SharedCacheDir != "" {
+		if o.CacheDir == "" {
+			errs = append(errs, errors.New("--shared-cache-dir requires --cache-dir (the replica's private cache)"))
+		}
+		if o.CacheSigningCert == "" || o.CacheSigningKey == "" || o.CacheCAFile == "" {
+			errs = append(errs, errors.New("--shared-cache-dir requires --cache-signing-cert, --cache-signing-key and --cache-ca-file"))
+		}
 	}
 	if o.PolicyServerName != "" {
 		if o.PodNamespace == "" {

@@ -72,6 +72,10 @@ func TestOptions(t *testing.T) {
 			}
 		}},
 		{name: "memory limit", args: []string{"--memory-limit", "0"}, wantErr: "--memory-limit must be between 1 and 4096 MiB"},
+		{name: "shared cache without signing", env: map[string]string{"WARDEN_SHARED_CACHE_DIR": "/cache"},
+			wantErr: "--shared-cache-dir requires --cache-signing-cert, --cache-signing-key and --cache-ca-file"},
+		{name: "shared cache without a private one", args: []string{"--shared-cache-dir", "/cache", "--cache-dir", "",
+			"--cache-signing-cert", "c", "--cache-signing-key", "k", "--cache-ca-file", "ca"}, wantErr: "--shared-cache-dir requires --cache-dir"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

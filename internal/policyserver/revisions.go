@@ -301,26 +301,35 @@ func (r *revisions) report(ctx context.Context, rev *policiesv1.PolicyRevision, 
 	r.setCondition(ctx, rev, cond)
 }
 
-// setCondition writes cond on the revision's status, read again on a
-// conflict; nothing is written when the revision already says so.
+// setCondition writes cond on the revision's status, unless the revision
+// already says so.
 func (r *revisions) setCondition(ctx context.Context, rev *policiesv1.PolicyRevision, cond policiesv1.PolicyStatusCondition) {
 	if cur := policiesv1.FindPolicyStatusCondition(rev.Status.Conditions, cond.Type, cond.Replica); cur != nil &&
 		cur.Status == cond.Status && cur.Reason == cond.Reason && cur.Message == cond.Message {
 		return
 	}
+	r.updateStatus(ctx, rev, string(cond.Type), func(st *policiesv1.PolicyRevisionStatus) bool {
+		return policiesv1.SetPolicyStatusCondition(&st.Conditions, cond)
+	})
+}
+
+// updateStatus applies change to the revision's status as the API server
+// has it, read again on a conflict, and writes it when change says it
+// changed something. what names the change in the log.
+func (r *revisions) updateStatus(ctx context.Context, rev *policiesv1.PolicyRevision, what string, change func(*policiesv1.PolicyRevisionStatus) bool) {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var fresh policiesv1.PolicyRevision
 		if err := r.client.Get(ctx, client.ObjectKeyFromObject(rev), &fresh); err != nil {
 			return err
 		}
-		if !policiesv1.SetPolicyStatusCondition(&fresh.Status.Conditions, cond) {
+		if !change(&fresh.Status) {
 			return nil
 		}
 		return r.client.Status().Update(ctx, &fresh)
 	})
 	if err != nil && ctx.Err() == nil {
 		r.logger.WarnContext(ctx, "cannot report on a PolicyRevision", "revision", rev.Name,
-			"condition", string(cond.Type), observability.KeyError, err)
+			"condition", what, observability.KeyError, err)
 	}
 }
 

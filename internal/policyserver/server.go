@@ -17,10 +17,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/wardenhq/warden/internal/buildinfo"
 	"github.com/wardenhq/warden/internal/certwatch"
 	"github.com/wardenhq/warden/internal/engine"
 	"github.com/wardenhq/warden/internal/observability"
 	"github.com/wardenhq/warden/internal/policyfetch"
+	"github.com/wardenhq/warden/internal/sharedcache"
 	"github.com/wardenhq/warden/internal/verify"
 	"github.com/wardenhq/warden/internal/wasm"
 )
@@ -44,7 +46,8 @@ type Server struct {
 	// engineOpts are env's options; the leader of cluster mode builds
 	// throwaway environments with them.
 	engineOpts engine.Options
-	revs       *revisions // cluster mode; nil otherwise
+	revs       *revisions         // cluster mode; nil otherwise
+	shared     *sharedcache.Store // the replicas' shared cache; nil when none
 	fetcher    *policyfetch.Fetcher
 	tls        *certwatch.Watcher
 
@@ -101,8 +104,20 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		return nil, err
 	}
 	s.startReflectors(ctx, configs) // they list while the modules compile
+	var shared *sharedcache.Store
+	if opts.SharedCacheDir != "" {
+		shared, err = sharedcache.Open(sharedcache.Options{
+			Dir: opts.SharedCacheDir, Version: buildinfo.String(),
+			CertFile: opts.CacheSigningCert, KeyFile: opts.CacheSigningKey, CAFile: opts.CacheCAFile,
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.shared = shared
+	}
 	s.rt, err = wasm.NewRuntime(ctx, wasm.Config{
 		CacheDir:         opts.CacheDir,
+		Shared:           shared,
 		MemoryLimitBytes: uint64(opts.MemoryLimitMiB) << 20,
 		Logger:           logger,
 	})

@@ -68,6 +68,14 @@ type PolicyRevisionStatus struct {
 	// +listType=atomic
 	// +optional
 	Conditions []PolicyStatusCondition `json:"conditions,omitempty"`
+
+	// ModuleDigests are the sha256 digests of the revision's modules, as
+	// the policy server leader pulled them when it initialised the
+	// revision: the shared cache keeps their compiled code while a
+	// revision names them.
+	// +listType=atomic
+	// +optional
+	ModuleDigests []string `json:"moduleDigests,omitempty"`
 }
 
 // PolicyRevision is a snapshot of one generation of a policy, made by the

@@ -167,6 +167,23 @@ type PolicyServerSpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	// +optional
 	MetricsPort *int32 `json:"metricsPort,omitempty"`
+
+	// PolicyCache configures the cache of compiled policy modules the
+	// replicas share. Without it each replica compiles the modules it
+	// serves into a cache of its own, on an emptyDir.
+	// +optional
+	PolicyCache *PolicyCache `json:"policyCache,omitempty"`
+}
+
+// PolicyCache is the shared cache of compiled policy modules (RFC 000):
+// the replica that initialises a PolicyRevision compiles its modules into
+// it, signed with a key the controller issues from Warden's CA, and every
+// replica loads them from it once their signatures verify.
+type PolicyCache struct {
+	// ClaimName is an existing ReadWriteMany PersistentVolumeClaim in the
+	// controller's namespace, mounted by every replica.
+	// +kubebuilder:validation:MinLength=1
+	ClaimName string `json:"claimName"`
 }
 
 // PolicyServerConditionType is the type of a condition of a PolicyServer.
