@@ -41,7 +41,7 @@ func (r *Runtime) fromShared(ctx context.Context, digest string) bool {
 			r.logger.WarnContext(ctx, "cannot copy a compiled module from the shared cache", "module", digest, "error", err)
 			continue
 		}
-		r.logger.DebugContext(ctx, "compiled module copied from the shared cache", "module", digest, "size", len(b.Data))
+		r.logger.InfoContext(ctx, "compiled module copied from the shared cache", "module", digest, "size", len(b.Data))
 		found = true
 	}
 	return found
@@ -68,7 +68,7 @@ func (r *Runtime) toShared(ctx context.Context, digest string, created []string,
 			r.logger.WarnContext(ctx, "cannot store a compiled module in the shared cache", "module", digest, "error", err)
 			continue
 		}
-		r.logger.DebugContext(ctx, "compiled module stored in the shared cache", "module", digest, "size", len(data))
+		r.logger.InfoContext(ctx, "compiled module stored in the shared cache", "module", digest, "size", len(data))
 	}
 }
 

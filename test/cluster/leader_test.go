@@ -30,7 +30,6 @@ import (
 // reports Ready, the webhook moves to the generation and the API server
 // admits and denies as the policy says.
 func TestLeaderKilledMidInitialisation(t *testing.T) {
-	ctx := t.Context()
 	module, err := os.ReadFile(policybuild.ForTest(t, "../../examples/policies/pod-privileged"))
 	if err != nil {
 		t.Fatal(err)
@@ -109,13 +108,7 @@ func TestLeaderKilledMidInitialisation(t *testing.T) {
 	assertReplicaConditions(t, c, policy, 2)
 	waitActive(t, c, policy)
 
-	err = c.Create(ctx, pod("default", "privileged", true), client.DryRunAll)
-	if err == nil || !strings.Contains(err.Error(), "Privileged container is not allowed") {
-		t.Fatalf("creating a privileged Pod: %v, want a denial with the policy's message", err)
-	}
-	if err := c.Create(ctx, pod("default", "unprivileged", false), client.DryRunAll); err != nil {
-		t.Fatalf("creating an unprivileged Pod: %v, want it admitted", err)
-	}
+	assertPrivilegedDenied(t, c)
 
 	if n := runner.restarts(ord); n != 1 {
 		t.Errorf("the killed replica %d restarted %d times, want 1", ord, n)

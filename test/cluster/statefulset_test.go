@@ -320,7 +320,7 @@ func (r *podRunner) command(ctx context.Context, p *replicaProc, tmpl *corev1.Po
 		case v.PersistentVolumeClaim != nil:
 			// One directory per claim, shared by every replica, as one
 			// ReadWriteMany volume would be.
-			dir = filepath.Join(r.dir, "claims", v.PersistentVolumeClaim.ClaimName)
+			dir = r.claimDir(v.PersistentVolumeClaim.ClaimName)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return nil, 0, err
 			}
@@ -671,6 +671,23 @@ func (r *podRunner) restarts(ord int) int {
 		return p.exits
 	}
 	return 0
+}
+
+// output is what ordinal ord's processes wrote so far, all of them.
+func (r *podRunner) output(ord int) string {
+	r.mu.Lock()
+	p, ok := r.replicas[ord]
+	r.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	return p.logs.String()
+}
+
+// claimDir is the directory standing in for the PersistentVolumeClaim
+// claim, shared by every replica.
+func (r *podRunner) claimDir(claim string) string {
+	return filepath.Join(r.dir, "claims", claim)
 }
 
 // readyReplicas is how many replicas are ready.
