@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -34,6 +35,9 @@ type wantRelease struct {
 	// policyServer is the expected spec of the default PolicyServer (after
 	// the CRD's defaults), nil when it must not be rendered.
 	policyServer map[string]any
+	// policyCache is the claim the chart creates for the policy servers'
+	// shared cache, with its size and class; empty when none.
+	policyCache, policyCacheSize, policyCacheClass string
 }
 
 var defaultResources = corev1.ResourceRequirements{
@@ -117,6 +121,10 @@ policyServer:
     requests: {cpu: 100m, memory: 256Mi}
     limits: {memory: 1Gi}
     insecureSources: ["registry.example.com:5000"]
+  policyCache:
+    create: true
+    size: 5Gi
+    storageClassName: nfs
 `,
 		want: wantRelease{
 			prefix:             "prod-warden",
@@ -135,7 +143,9 @@ policyServer:
 				"requests":        map[string]any{"cpu": "100m", "memory": "256Mi"},
 				"limits":          map[string]any{"memory": "1Gi"},
 				"insecureSources": []any{"registry.example.com:5000"},
+				"policyCache":     map[string]any{"claimName": "prod-warden-policy-cache"},
 			},
+			policyCache: "prod-warden-policy-cache", policyCacheSize: "5Gi", policyCacheClass: "nfs",
 		},
 	},
 	{
@@ -186,6 +196,9 @@ func TestRender(t *testing.T) {
 			if w.createServiceAccount {
 				wantKinds = append(wantKinds, "ServiceAccount")
 			}
+			if w.policyCache != "" {
+				wantKinds = append(wantKinds, "PersistentVolumeClaim")
+			}
 			wantKinds = append(wantKinds, "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment")
 			if w.policyServer != nil {
 				wantKinds = append(wantKinds, policyServerKind)
@@ -222,6 +235,9 @@ func TestRender(t *testing.T) {
 
 			if w.policyServer != nil {
 				checkPolicyServer(t, r.find(t, policyServerKind), w.policyServer)
+			}
+			if w.policyCache != "" {
+				checkPolicyCache(t, typedObject[*corev1.PersistentVolumeClaim](t, r, "PersistentVolumeClaim"), w)
 			}
 			checkNotes(t, r.notes, tc.rel, controller, w.policyServer != nil)
 		})
@@ -455,6 +471,23 @@ func checkPolicyServer(t *testing.T, o renderedObject, want map[string]any) {
 		got, _ := yaml.Marshal(spec)
 		wantYAML, _ := yaml.Marshal(want)
 		t.Errorf("PolicyServer spec:\n%s\nwant:\n%s", got, wantYAML)
+	}
+}
+
+// checkPolicyCache checks the claim of the shared policy cache: every
+// replica mounts it, so it must be ReadWriteMany.
+func checkPolicyCache(t *testing.T, pvc *corev1.PersistentVolumeClaim, w wantRelease) {
+	if pvc.Name != w.policyCache {
+		t.Errorf("PersistentVolumeClaim name = %q, want %q", pvc.Name, w.policyCache)
+	}
+	if !slices.Equal(pvc.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}) {
+		t.Errorf("access modes = %v, want [ReadWriteMany]", pvc.Spec.AccessModes)
+	}
+	if got := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; got.Cmp(resource.MustParse(w.policyCacheSize)) != 0 {
+		t.Errorf("storage request = %s, want %s", got.String(), w.policyCacheSize)
+	}
+	if got := ptr.Deref(pvc.Spec.StorageClassName, ""); got != w.policyCacheClass {
+		t.Errorf("storageClassName = %q, want %q", got, w.policyCacheClass)
 	}
 }
 

@@ -183,12 +183,13 @@ func typedObject[T runtime.Object](t *testing.T, r *rendered, kind string) T {
 
 // namespaced tells whether a kind the chart renders is namespaced.
 var namespaced = map[string]bool{
-	"ServiceAccount":     true,
-	"Service":            true,
-	"Deployment":         true,
-	"Role":               true,
-	"RoleBinding":        true,
-	"ClusterRole":        false,
-	"ClusterRoleBinding": false,
-	policyServerKind:     false,
+	"ServiceAccount":        true,
+	"PersistentVolumeClaim": true,
+	"Service":               true,
+	"Deployment":            true,
+	"Role":                  true,
+	"RoleBinding":           true,
+	"ClusterRole":           false,
+	"ClusterRoleBinding":    false,
+	policyServerKind:        false,
 }

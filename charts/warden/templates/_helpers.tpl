@@ -78,3 +78,15 @@ app.kubernetes.io/component: controller
 {{- $labels := include "warden.labels" . | fromYaml }}
 {{- toYaml (merge (include "warden.controller.selectorLabels" . | fromYaml) $labels) }}
 {{- end }}
+
+{{/*
+The claim of the policy servers' shared cache, empty when there is none.
+*/}}
+{{- define "warden.policyCache.claimName" -}}
+{{- $c := .Values.policyServer.policyCache | default dict -}}
+{{- if $c.claimName -}}
+{{- $c.claimName -}}
+{{- else if $c.create -}}
+{{- printf "%s-policy-cache" (include "warden.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
