@@ -242,6 +242,7 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 			PolicyServerURL:      opts.PolicyServerURL,
 			RevisionHistoryLimit: opts.RevisionHistoryLimit,
 			Log:                  log.WithName(kind),
+			Events:               mgr.GetEventRecorder("warden-controller"),
 		}
 		if err := pr.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the %s reconciler: %w", kind, err)

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -43,6 +44,9 @@ type PolicyReconciler struct {
 	// policy are kept for rollback (--revision-history-limit).
 	RevisionHistoryLimit int
 	Log                  logr.Logger
+	// Events records what a user asked for and did not get (a refused
+	// rollback) on the policy; nil records nothing.
+	Events events.EventRecorder
 }
 
 // Reconcile implements reconcile.Reconciler.

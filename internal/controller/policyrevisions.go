@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -234,9 +235,11 @@ func (r *PolicyReconciler) rollback(ctx context.Context, p policiesv1.Policy) (b
 		}
 		rev = revisionOf(revs, g)
 	}
+	refused := ""
 	switch {
 	case rev == nil:
-		r.Log.Info("rollback refused: the policy has no revision of that generation", "policy", p.GetUniqueName(), "generation", value)
+		refused = fmt.Sprintf("rollback to generation %q refused: the policy has no revision of that generation (the oldest ones are collected beyond --revision-history-limit)", value)
+		r.Log.Info(refused, "policy", p.GetUniqueName())
 	case g == p.GetGeneration():
 		// Already there: only the annotation goes.
 	default:
@@ -246,6 +249,9 @@ func (r *PolicyReconciler) rollback(ctx context.Context, p policiesv1.Policy) (b
 	}
 	if err := r.Client.Update(ctx, p); err != nil {
 		return false, fmt.Errorf("rolling back to generation %s: %w", value, err)
+	}
+	if refused != "" && r.Events != nil {
+		r.Events.Eventf(p, nil, corev1.EventTypeWarning, "RollbackRefused", "Rollback", "%s", refused)
 	}
 	return true, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -163,6 +164,27 @@ func TestPolicyLifecycle(t *testing.T) {
 	})
 	t.Logf("rollback served by every replica %s after the annotation", time.Since(start).Round(10*time.Millisecond))
 	assertDenied(t, c, "gen-2")
+
+	// A rollback to a generation that has no revision is refused: the
+	// annotation goes, the policy stays, and an Event says why.
+	before := get(t, c, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy.Name}}).Generation
+	update(func(p *policiesv1.ClusterAdmissionPolicy) {
+		p.Annotations = map[string]string{policiesv1.RollbackAnnotation: "999"}
+	})
+	eventually(t, "the refused rollback is reported in an Event", func() bool {
+		var list eventsv1.EventList
+		if err := c.List(ctx, &list); err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Name == policy.Name && e.Reason == "RollbackRefused" && e.Type == corev1.EventTypeWarning &&
+				strings.Contains(e.Note, `generation "999"`)
+		})
+	})
+	if p := get(t, c, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: policy.Name}}); p.Generation != before ||
+		p.Annotations[policiesv1.RollbackAnnotation] != "" {
+		t.Errorf("after a refused rollback: generation %d (was %d), annotations %v", p.Generation, before, p.Annotations)
+	}
 
 	// Twenty updates in all: the last ones in a row.
 	last := ""

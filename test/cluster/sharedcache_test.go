@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
@@ -27,7 +28,8 @@ import (
 // PersistentVolumeClaim): the leader compiles a module into it, signed,
 // and the other replica loads the code from it instead of compiling; a
 // tampered blob is refused by the replica that finds it, and rebuilt; the
-// code of a deleted policy's module is removed.
+// replicas of a rolling update start from the cached code; the code of a
+// deleted policy's module is removed.
 func TestSharedPolicyCache(t *testing.T) {
 	ctx := t.Context()
 	cl := startCluster(t)
@@ -119,6 +121,34 @@ func TestSharedPolicyCache(t *testing.T) {
 	if blobs, errs := store.Get(digest); len(blobs) != 1 || len(errs) != 0 {
 		t.Fatalf("the rebuilt blob: %d verify, errors %v", len(blobs), errs)
 	}
+	assertPrivilegedDenied(t, c)
+
+	// A rolling update (a new pod template): each new replica starts with
+	// the served generation, from the signed code in the cache.
+	seen := []int{len(runner.output(0)), len(runner.output(1))}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		ps := get(t, c, &policiesv1.PolicyServer{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+		ps.Spec.Env = append(ps.Spec.Env, corev1.EnvVar{Name: "WARDEN_TEST_ROLL", Value: "1"})
+		return c.Update(ctx, ps)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both replicas run the new template and are ready", func() bool {
+		for ord := range 2 {
+			if !strings.Contains(runner.output(ord)[seen[ord]:], "--- starting") {
+				return false
+			}
+		}
+		return runner.readyReplicas() == 2
+	})
+	for ord := range 2 {
+		out := runner.output(ord)[seen[ord]:]
+		if !strings.Contains(out, "compiled module copied from the shared cache") || strings.Contains(out, "compiled module stored in the shared cache") {
+			t.Errorf("replica %d after the rolling update did not load the cached code:\n%s", ord, out)
+		}
+	}
+	assertReplicaConditions(t, c, policy, 2)
 	assertPrivilegedDenied(t, c)
 
 	// A second policy's module goes into the cache, and out of it once the
