@@ -41,6 +41,7 @@ func TestBuildPolicies(t *testing.T) {
 		{name: "loop", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes},
 		{name: "oom", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes},
 		{name: "garbage", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes},
+		{name: "echo", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes},
 		{name: "counter", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes},
 		{name: "wasi-log", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "wasi-garbage", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},

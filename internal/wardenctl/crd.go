@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	yamlv3 "go.yaml.in/yaml/v3"
@@ -15,11 +16,11 @@ import (
 	"github.com/wardenhq/warden/internal/metadata"
 )
 
-// splitDocuments splits a multi-document YAML (or a JSON document) into JSON
-// documents, skipping empty ones.
+// splitDocuments splits a multi-document YAML (or a JSON document) into
+// compact JSON documents, skipping empty ones.
 func splitDocuments(doc []byte) ([]json.RawMessage, error) {
 	if t := bytes.TrimSpace(doc); len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(t) {
-		return []json.RawMessage{t}, nil
+		return []json.RawMessage{compactJSON(t)}, nil
 	}
 	dec := yamlv3.NewDecoder(bytes.NewReader(doc))
 	var out []json.RawMessage
@@ -80,6 +81,58 @@ var policyKinds = map[string]bool{
 	"AdmissionPolicyGroup":        true,
 }
 
+// policyAPIGroup is the API group of policyKinds.
+const policyAPIGroup = "policies.kubewarden.io"
+
+// notPolicyResource says, for an error, what a document that is not a
+// policy resource is ("is a v1 Pod", "has no kind", or what a policy server's
+// policies.yml looks like) and what was expected.
+func notPolicyResource(doc json.RawMessage, r policyResource) string {
+	const expected = ", not a Kubewarden policy resource: expected apiVersion " + policyAPIGroup + "/v1 and " +
+		"kind ClusterAdmissionPolicy, AdmissionPolicy, ClusterAdmissionPolicyGroup or AdmissionPolicyGroup, " +
+		"with the module and settings under spec (wardenctl scaffold manifest writes one)"
+	if r.Kind == "" && r.APIVersion == "" {
+		if ids := policiesFileIDs(doc); len(ids) > 0 {
+			if len(ids) > 3 {
+				ids = append(ids[:3], "...")
+			}
+			return fmt.Sprintf("looks like a policy server's policies.yml (policy ids mapped to their module "+
+				"and settings: %s)%s; to run one policy of a policies.yml, give its module and --settings-json",
+				strings.Join(ids, ", "), expected)
+		}
+	}
+	switch {
+	case r.Kind == "" && r.APIVersion == "":
+		return "has no kind and no apiVersion" + expected
+	case r.Kind == "":
+		return fmt.Sprintf("has apiVersion %s but no kind%s", r.APIVersion, expected)
+	case r.APIVersion == "":
+		return fmt.Sprintf("is a %s without apiVersion%s", r.Kind, expected)
+	}
+	return fmt.Sprintf("is a %s %s%s", r.APIVersion, r.Kind, expected)
+}
+
+// policiesFileIDs returns the ids of doc, sorted, when it has the shape of a
+// policy server's policies.yml: an object whose every value is an object
+// with a module, or a group's policies. Else it returns nil.
+func policiesFileIDs(doc json.RawMessage) []string {
+	var entries map[string]map[string]json.RawMessage
+	if err := json.Unmarshal(doc, &entries); err != nil || len(entries) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(entries))
+	for id, e := range entries {
+		_, module := e["module"]
+		_, members := e["policies"]
+		if !module && !members {
+			return nil
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // namedPolicy is a policy to evaluate, in the order given.
 type namedPolicy struct {
 	ID     string
@@ -105,9 +158,8 @@ func (a *app) policiesFromYAML(doc []byte, source string) ([]namedPolicy, error)
 			return nil, fmt.Errorf("reading %s: document %d: %w", source, i+1, err)
 		}
 		group, ok := policyKinds[r.Kind]
-		if !ok || !strings.HasPrefix(r.APIVersion, "policies.kubewarden.io/") {
-			return nil, fmt.Errorf("reading %s: document %d is a %s %s, not a Kubewarden policy resource (%s)",
-				source, i+1, r.APIVersion, r.Kind, "ClusterAdmissionPolicy, AdmissionPolicy or their groups")
+		if !ok || !strings.HasPrefix(r.APIVersion, policyAPIGroup+"/") {
+			return nil, fmt.Errorf("reading %s: document %d %s", source, i+1, notPolicyResource(d, r))
 		}
 		id := r.Metadata.Name
 		if id == "" {

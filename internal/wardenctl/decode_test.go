@@ -23,9 +23,9 @@ func TestDecodeRequest(t *testing.T) {
 		{name: "AdmissionRequest", doc: req, wantUID: "u"},
 		{name: "AdmissionReview", doc: `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":` + req + `}`, wantUID: "u"},
 		{name: "YAML request", doc: "uid: abc\nkind: {group: '', version: v1, kind: Pod}\noperation: CREATE\n", wantUID: "abc"},
-		{name: "raw, wrapped", doc: `{"request": {"user": "alice"}}`, raw: true, wantRaw: `{"user": "alice"}`},
-		{name: "raw, bare", doc: `{"user": "alice"}`, raw: true, wantRaw: `{"user": "alice"}`},
-		{name: "raw, not an object", doc: `[1, 2]`, raw: true, wantRaw: `[1, 2]`},
+		{name: "raw, wrapped", doc: `{"request": {"user": "alice"}}`, raw: true, wantRaw: `{"user":"alice"}`},
+		{name: "raw, bare", doc: `{"user": "alice"}`, raw: true, wantRaw: `{"user":"alice"}`},
+		{name: "raw, not an object", doc: `[1, 2]`, raw: true, wantRaw: `[1,2]`},
 		{name: "review without request", doc: `{"kind":"AdmissionReview","request":null}`, wantErr: "the AdmissionReview has no request"},
 		{name: "not a request", doc: `{"a": 1}`, wantErr: "it has neither operation nor kind"},
 		{name: "a list", doc: `[1]`, wantErr: "it must be an AdmissionReview or an AdmissionRequest object"},
@@ -66,7 +66,7 @@ func TestSettingsLoad(t *testing.T) {
 		wantErr string
 	}{
 		{name: "none", want: "{}"},
-		{name: "JSON", o: SettingsOptions{SettingsJSON: `{"a": [1]}`}, want: `{"a": [1]}`},
+		{name: "JSON, compacted", o: SettingsOptions{SettingsJSON: `{"a": [1]}`}, want: `{"a":[1]}`},
 		{name: "YAML file", o: SettingsOptions{SettingsPath: write(t, dir, "s.yaml", "a:\n  - 1\n")}, want: `{"a":[1]}`},
 		{name: "empty file", o: SettingsOptions{SettingsPath: write(t, dir, "e.yaml", "\n")}, want: "{}"},
 		{name: "not an object", o: SettingsOptions{SettingsJSON: `[1]`}, wantErr: "the settings must be an object"},
@@ -196,5 +196,30 @@ func TestRmAmbiguous(t *testing.T) {
 	e.mustRun("rm", "ghcr.io/org/p:v1")
 	if r := e.mustRun("rm", prefix); r.stdout != "Removed registry://ghcr.io/org/p:v2\n" {
 		t.Errorf("rm printed %q", r.stdout)
+	}
+}
+
+func TestCompactJSON(t *testing.T) {
+	tests := []struct {
+		in, want string
+		same     bool // the input itself is returned, not a copy
+	}{
+		{in: `{"a":[1,2],"b":"x y\"\\ z"}`, want: `{"a":[1,2],"b":"x y\"\\ z"}`, same: true},
+		{in: `"a\\"`, want: `"a\\"`, same: true},
+		{in: "{\n  \"a\": [1, 2],\n\t\"b\": \"x y\\\" z\"\r\n}", want: `{"a":[1,2],"b":"x y\" z"}`},
+		{in: `{"a\\": 1}`, want: `{"a\\":1}`},
+		{in: `[ ]`, want: `[]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			in := []byte(tc.in)
+			got := compactJSON(in)
+			if string(got) != tc.want {
+				t.Errorf("compactJSON = %s, want %s", got, tc.want)
+			}
+			if same := len(got) > 0 && &got[0] == &in[0]; same != tc.same {
+				t.Errorf("returned its input: %t, want %t", same, tc.same)
+			}
+		})
 	}
 }

@@ -233,16 +233,52 @@ func decodeRequest(doc []byte, raw bool) (*admission.Request, json.RawMessage, e
 	return req, nil, nil
 }
 
-// toJSON converts a YAML or JSON document to JSON; JSON is kept as it is.
+// toJSON converts a YAML or JSON document to compact JSON, which is what
+// kwctl and Kubewarden's policy server hand a guest (they re-serialise the
+// request and the settings): a guest that reads bytes sees the same under
+// wardenctl. Compact JSON is kept as it is, without a copy.
 func toJSON(doc []byte) ([]byte, error) {
 	trimmed := bytes.TrimSpace(doc)
 	if len(trimmed) == 0 {
 		return nil, errors.New("the document is empty")
 	}
 	if json.Valid(trimmed) {
-		return trimmed, nil
+		return compactJSON(trimmed), nil
 	}
-	return yaml.YAMLToJSON(doc)
+	return yaml.YAMLToJSON(doc) // json.Marshal's output: compact
+}
+
+// compactJSON returns valid JSON without insignificant white space: js
+// itself when it has none.
+func compactJSON(js []byte) []byte {
+	if isCompactJSON(js) {
+		return js
+	}
+	var b bytes.Buffer
+	b.Grow(len(js))
+	if err := json.Compact(&b, js); err != nil {
+		return js // not valid JSON: the decoder that reads it says why
+	}
+	return b.Bytes()
+}
+
+// isCompactJSON reports whether valid JSON js has no white space outside
+// its strings.
+func isCompactJSON(js []byte) bool {
+	inString, escaped := false, false
+	for _, c := range js {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return true
 }
 
 func isNullJSON(b []byte) bool {

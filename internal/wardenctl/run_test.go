@@ -241,3 +241,117 @@ func mustRead(t testing.TB, path string) string {
 	}
 	return string(b)
 }
+
+// TestRunNotPolicyResources checks what run and scan say of a YAML file that
+// holds something other than policy resources: what it is, and what they
+// expected.
+func TestRunNotPolicyResources(t *testing.T) {
+	dir := t.TempDir()
+	req := requestFile(t, `{"app": "web"}`, false)
+	const expected = "not a Kubewarden policy resource: expected apiVersion policies.kubewarden.io/v1 and kind ClusterAdmissionPolicy, AdmissionPolicy, ClusterAdmissionPolicyGroup or AdmissionPolicyGroup"
+	tests := []struct {
+		name, doc string
+		wantErr   []string
+	}{
+		{name: "a policy server's policies.yml",
+			doc: "pod-privileged:\n  module: registry://ghcr.io/kubewarden/policies/pod-privileged:v1.0.8\n  settings: {}\n" +
+				"group:\n  expression: a()\n  policies:\n    a: {module: builtin://cel}\n",
+			wantErr: []string{"document 1 looks like a policy server's policies.yml (policy ids mapped to their module and settings: group, pod-privileged), " + expected,
+				"to run one policy of a policies.yml, give its module and --settings-json"}},
+		{name: "a policies.yml with many policies",
+			doc:     "a: {module: builtin://cel}\nb: {module: builtin://cel}\nc: {module: builtin://cel}\nd: {module: builtin://cel}\n",
+			wantErr: []string{"(policy ids mapped to their module and settings: a, b, c, ...)"}},
+		{name: "no kind",
+			doc:     "metadata: {name: x}\nspec: {module: builtin://cel}\n",
+			wantErr: []string{"document 1 has no kind and no apiVersion, " + expected}},
+		{name: "apiVersion without kind",
+			doc:     "apiVersion: policies.kubewarden.io/v1\nspec: {module: builtin://cel}\n",
+			wantErr: []string{"document 1 has apiVersion policies.kubewarden.io/v1 but no kind, " + expected}},
+		{name: "kind without apiVersion",
+			doc:     "kind: ClusterAdmissionPolicy\nspec: {module: builtin://cel}\n",
+			wantErr: []string{"document 1 is a ClusterAdmissionPolicy without apiVersion, " + expected}},
+		{name: "another resource, second document",
+			doc:     "apiVersion: policies.kubewarden.io/v1\nkind: ClusterAdmissionPolicy\nspec: {module: builtin://cel}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\n",
+			wantErr: []string{"document 2 is a v1 Pod, " + expected}},
+	}
+	for i, tc := range tests {
+		file := write(t, dir, fmt.Sprintf("%d/policies.yml", i), tc.doc)
+		for _, args := range [][]string{{"run", "-r", req, file}, {"scan", "-p", file, req}} {
+			t.Run(tc.name+"/"+args[0], func(t *testing.T) {
+				r := newEnv(t).run(args...)
+				if r.code != 1 {
+					t.Fatalf("exit code %d, want 1\n%s", r.code, r)
+				}
+				for _, w := range tc.wantErr {
+					checkError(t, r, w)
+				}
+			})
+		}
+	}
+}
+
+// TestRunHandsGuestsCompactJSON checks that a guest gets the request and
+// the settings as compact JSON, as kwctl hands them, whatever the layout of
+// the files: the echo policy answers with the payload it was handed.
+func TestRunHandsGuestsCompactJSON(t *testing.T) {
+	echo := policy(t, "echo")
+	dir := t.TempDir()
+	const want = `{"request":{"uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE",` +
+		`"object":{"metadata":{"name":"web 1","labels":{"a b":"c\td"}}}},"settings":{"denied_labels":["x y"]}}`
+	pretty := `{
+  "uid": "u-1",
+  "kind": {"group": "", "version": "v1", "kind": "Pod"},
+  "operation": "CREATE",
+  "object": {"metadata": {"name": "web 1", "labels": {"a b": "c\td"}}}
+}
+`
+	tests := []struct {
+		name, request string
+		args          []string
+		want          string // "": want
+	}{
+		{name: "pretty JSON request, settings as JSON", request: pretty,
+			args: []string{"--settings-json", `{ "denied_labels": [ "x y" ] }`}},
+		{name: "AdmissionReview, settings from a pretty JSON file",
+			request: `{"kind": "AdmissionReview", "request": ` + pretty + `}`,
+			args:    []string{"--settings-path", write(t, dir, "settings.json", "{\n  \"denied_labels\": [\"x y\"]\n}\n")}},
+		{name: "YAML request, settings from a YAML file",
+			// YAML becomes JSON through a map: keys in order
+			want: `{"request":{"kind":{"group":"","kind":"Pod","version":"v1"},"object":{"metadata":{"labels":{"a b":"c\td"},"name":"web 1"}},` +
+				`"operation":"CREATE","uid":"u-1"},"settings":{"denied_labels":["x y"]}}`,
+			request: "uid: u-1\nkind: {group: '', version: v1, kind: Pod}\noperation: CREATE\nobject:\n  metadata:\n    name: web 1\n    labels: {a b: \"c\\td\"}\n",
+			args:    []string{"-s", write(t, dir, "settings.yaml", "denied_labels:\n  - x y\n")}},
+		{name: "compact JSON request", request: `{"uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","object":{"metadata":{"name":"web 1","labels":{"a b":"c\td"}}}}`,
+			args: []string{"--settings-json", `{"denied_labels":["x y"]}`}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := write(t, dir, fmt.Sprintf("request-%d", i), tc.request)
+			r := newEnv(t).mustRun(append(append([]string{"run", "-r", req}, tc.args...), echo)...)
+			resps := decodeResponses(t, r.stdout)
+			if len(resps) != 1 || resps[0].Status == nil {
+				t.Fatalf("got %s", r)
+			}
+			w := tc.want
+			if w == "" {
+				w = want
+			}
+			if got := resps[0].Status.Message; got != w {
+				t.Errorf("the guest was handed\n%s\nwant\n%s", got, w)
+			}
+		})
+	}
+	t.Run("policy resource in pretty JSON", func(t *testing.T) {
+		req := write(t, dir, "request.json", pretty)
+		policies := write(t, dir, "policy.yaml", fmt.Sprintf(`{
+  "apiVersion": "policies.kubewarden.io/v1", "kind": "ClusterAdmissionPolicy",
+  "metadata": {"name": "echo"},
+  "spec": {"module": %q, "settings": {"denied_labels": [ "x y" ]}}
+}`, echo))
+		r := newEnv(t).mustRun("run", "-r", req, policies)
+		resps := decodeResponses(t, r.stdout)
+		if len(resps) != 1 || resps[0].Status == nil || resps[0].Status.Message != want {
+			t.Errorf("got %s, want the message %s", r, want)
+		}
+	})
+}
