@@ -25,6 +25,11 @@
 //	go run ./examples -- --port 3443 --log-level debug
 //	go run ./examples --help
 //
+// When 3000 or 8081 is taken, it says so before building; --port and
+// --readiness-probe-port pick others. On Linux it stops (as on Ctrl-C) when
+// the process that started it exits: stopping go run by its PID stops the
+// server too.
+//
 // It is a development tool: it links internal/policybuild, which runs the go
 // command, and needs Go on the PATH.
 package main
@@ -35,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -52,6 +58,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop) // a second Ctrl-C kills at once
+	if err := exitWithParent(); err != nil {
+		fmt.Fprintf(os.Stderr, "Warning: %v: stopping go run by its PID will not stop the server\n", err)
+	}
 	code := run(ctx, os.Args, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -106,6 +115,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if opts.showVersion {
 		return policyserver.Main(ctx, srvArgs, stdout, stderr, os.Getenv)
 	}
+	if err := checkPorts(opts.Options); err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
 
 	wd, err := os.Getwd()
 	if err != nil {
@@ -156,6 +169,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cancel()
 	<-announced
 	return code
+}
+
+// checkPorts fails when a port the server is to listen on is taken, before
+// the policies are built, naming the flags that pick other ports.
+func checkPorts(opts policyserver.Options) error {
+	for _, p := range []struct {
+		flag string
+		port int
+	}{{"--port", opts.Port}, {"--readiness-probe-port", opts.ReadinessProbePort}} {
+		if p.port == 0 {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(opts.Addr, strconv.Itoa(p.port)))
+		if err != nil {
+			return fmt.Errorf("%s %d: %w: pick free ports, e.g. go run ./examples -- --port 3443 --readiness-probe-port 8082", p.flag, p.port, err)
+		}
+		ln.Close()
+	}
+	return nil
 }
 
 // resolvePolicies writes l.Resolved: l.Policies with its module URLs under

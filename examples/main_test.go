@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -381,6 +382,39 @@ func TestRunStopsBeforeBuilding(t *testing.T) {
 			}
 			if strings.Contains(stdout.String(), "Building") {
 				t.Errorf("run built the policies: %s", stdout.String())
+			}
+		})
+	}
+}
+
+// TestRunPortTaken checks that a taken port stops the runner before it
+// builds, with the flags that pick other ports.
+func TestRunPortTaken(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	port := strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
+	free := strconv.Itoa(freePort(t))
+	tests := []struct {
+		args []string
+		flag string
+	}{
+		{args: []string{"--port", port, "--readiness-probe-port", free}, flag: "--port " + port},
+		{args: []string{"--port", free, "--readiness-probe-port", port}, flag: "--readiness-probe-port " + port},
+	}
+	for _, tt := range tests {
+		t.Run(tt.flag, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(t.Context(), append([]string{"examples", "--"}, tt.args...), &stdout, &stderr)
+			want := "Error: " + tt.flag + ": listen tcp 127.0.0.1:" + port + ": bind: address already in use: " +
+				"pick free ports, e.g. go run ./examples -- --port 3443 --readiness-probe-port 8082\n"
+			if code != 1 || stderr.String() != want {
+				t.Errorf("run = %d, stderr %q; want 1, %q", code, stderr.String(), want)
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("run printed %q: it must stop before building", stdout.String())
 			}
 		})
 	}

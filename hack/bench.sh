@@ -6,11 +6,19 @@
 #   hack/bench.sh load       # floor + waPC + WASI + CEL + group load tests only
 #   hack/bench.sh startup    # startup time and idle RSS with 20 policies
 #   hack/bench.sh reload     # hot reload: latency, load during reloads, RSS
+#
+# Environment: DURATION of each load (10s); the ports on 127.0.0.1, for when
+# the defaults are taken: BENCH_PORT (3000, the policy server's webhook),
+# BENCH_READINESS_PORT (8081, its readiness probe) and BENCH_FLOOR_PORT (3100,
+# the floor server), e.g. BENCH_PORT=3443 BENCH_READINESS_PORT=8082 hack/bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 what=${1:-all}
 duration=${DURATION:-10s}
+port=${BENCH_PORT:-3000}
+readiness_port=${BENCH_READINESS_PORT:-8081}
+floor_port=${BENCH_FLOOR_PORT:-3100}
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -44,12 +52,12 @@ wait_ready() { # url
 
 start_server() { # policies.yml, extra flags...
   local policies=$1; shift
-  "$work/policy-server" --addr 127.0.0.1 --port 3000 --readiness-probe-port 8081 \
+  "$work/policy-server" --addr 127.0.0.1 --port "$port" --readiness-probe-port "$readiness_port" \
     --cert-file "$work/tls.crt" --key-file "$work/tls.key" --policies "$policies" \
     --log-level warn "$@" &
   server=$!
   pids+=("$server")
-  wait_ready http://127.0.0.1:8081/readiness
+  wait_ready "http://127.0.0.1:$readiness_port/readiness"
 }
 
 stop_server() {
@@ -58,7 +66,7 @@ stop_server() {
 }
 
 start_floor() {
-  "$work/floorserver" -addr 127.0.0.1:3100 -cert-file "$work/tls.crt" -key-file "$work/tls.key" &
+  "$work/floorserver" -addr "127.0.0.1:$floor_port" -cert-file "$work/tls.crt" -key-file "$work/tls.key" &
   floor=$!; pids+=("$floor")
   sleep 0.5
 }
@@ -98,8 +106,8 @@ summary() {
 if [[ $what == all || $what == load ]]; then
   echo "== floor: trivial Go HTTPS webhook (decode and allow)"
   start_floor
-  load "floor, 20 clients" https://127.0.0.1:3100/validate/x -c 20
-  load "floor, 1000 req/s" https://127.0.0.1:3100/validate/x -rate 1000
+  load "floor, 20 clients" "https://127.0.0.1:$floor_port/validate/x" -c 20
+  load "floor, 1000 req/s" "https://127.0.0.1:$floor_port/validate/x" -rate 1000
   stop_floor
 
   printf 'labels:\n  module: file://%s\n  settings: {denied_labels: [forbidden]}\nwasi-log:\n  module: file://%s\n' \
@@ -125,22 +133,22 @@ group:
 YAML
   start_server "$work/policies.yml"
   echo "== Warden: waPC policy (labels), a snapshot-isolated instance per request"
-  load "waPC, 20 clients" https://127.0.0.1:3000/validate/labels -c 20
-  load "waPC, 1000 req/s" https://127.0.0.1:3000/validate/labels -rate 1000
+  load "waPC, 20 clients" "https://127.0.0.1:$port/validate/labels" -c 20
+  load "waPC, 1000 req/s" "https://127.0.0.1:$port/validate/labels" -rate 1000
   echo "== Warden: WASI policy (wasi-log, Go wasip1 command, snapshot-restored)"
-  load "WASI, 20 clients" https://127.0.0.1:3000/validate/wasi-log -c 20
-  load "WASI, 1000 req/s" https://127.0.0.1:3000/validate/wasi-log -rate 1000
+  load "WASI, 20 clients" "https://127.0.0.1:$port/validate/wasi-log" -c 20
+  load "WASI, 1000 req/s" "https://127.0.0.1:$port/validate/wasi-log" -rate 1000
   echo "== Warden: native CEL policy (3 validations)"
-  load "CEL, 20 clients" https://127.0.0.1:3000/validate/cel -c 20
-  load "CEL, 1000 req/s" https://127.0.0.1:3000/validate/cel -rate 1000
+  load "CEL, 20 clients" "https://127.0.0.1:$port/validate/cel" -c 20
+  load "CEL, 1000 req/s" "https://127.0.0.1:$port/validate/cel" -rate 1000
   echo "== Warden: policy group of 3 native CEL members"
-  load "group, 20 clients" https://127.0.0.1:3000/validate/group -c 20
+  load "group, 20 clients" "https://127.0.0.1:$port/validate/group" -c 20
   stop_server
   # The machine is shared: measuring the floor again shows how far it moved
   # during the run. Compare each target with the higher of the two.
   echo "== floor again, after the Warden runs"
   start_floor
-  load "floor again, 20 clients" https://127.0.0.1:3100/validate/x -c 20
+  load "floor again, 20 clients" "https://127.0.0.1:$floor_port/validate/x" -c 20
   stop_floor
   summary
 fi
@@ -189,7 +197,7 @@ if [[ $what == all || $what == reload ]]; then
   go run ./hack/buildpolicy -copies 2 -o "$work/reload-mods" testdata/policies/labels >/dev/null
   printf 'p:\n  module: file://%s\n' "$labels" > "$work/reload.yml"
   start_server "$work/reload.yml" --cache-dir "$work/cache-reload"
-  rb() { "$work/reloadbench" -policies "$work/reload.yml" -cacert "$work/tls.crt" -pid "$server" -d "$duration" "$@"; }
+  rb() { "$work/reloadbench" -url "https://127.0.0.1:$port" -policies "$work/reload.yml" -cacert "$work/tls.crt" -pid "$server" -d "$duration" "$@"; }
   echo "-- a small waPC policy (labels, 1.8 MB), same module, new settings"
   rb -module "$labels" latency
   echo "-- a new module each time (3.4 MB copies of labels, from the disk cache)"
