@@ -67,8 +67,8 @@ type Policy struct {
 	timeout  time.Duration // zero: none
 	run      runner
 	host     *hostCalls
-	inflight chan struct{} // bounds this policy's share of the slots
-	group    *policyGroup  // set for a policy group, which has no runner
+	calls    *callQueue   // bounds this policy's share of the slots
+	group    *policyGroup // set for a policy group, which has no runner
 
 	// initErr is set when the policy failed to load and the engine was
 	// built with ContinueOnErrors: every request is rejected with it.
@@ -183,16 +183,23 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, c call) (*admission.Re
 		return e.evaluateGroup(ctx, p, c), nil
 	}
 	uid := c.uid
-	release, err := e.acquire(ctx, p)
-	if err != nil {
-		return internalError(uid, err.Error()), nil
-	}
+	// The policy's time limit covers the wait for its turn too: a request
+	// never waits longer than the policy may run.
 	cctx, cancel := ctx, context.CancelFunc(func() {})
 	if p.timeout > 0 {
 		cctx, cancel = context.WithTimeout(ctx, p.timeout)
 	}
+	defer cancel()
+	release, err := p.calls.acquire(cctx)
+	if err != nil {
+		if errors.Is(err, errQueueFull) || ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			e.logger.WarnContext(ctx, "policy evaluation not run: the policy's earlier requests hold its turns",
+				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, observability.KeyError, err)
+			return reject(uid, msgTimeout, 500), nil
+		}
+		return internalError(uid, err.Error()), nil
+	}
 	vr, err := p.run.validate(cctx, p.host, evalInput{request: c.request, tape: c.tape, node: c.node, settings: p.settings, raw: c.raw})
-	cancel()
 	release()
 	if err != nil {
 		if errors.Is(err, wasm.ErrDeadlineExceeded) {
@@ -218,17 +225,47 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, c call) (*admission.Re
 	return resp, vr.MutatedObject
 }
 
-// acquire takes one of the policy's slots for a guest call, waiting until
-// ctx is done. The runtime bounds guest calls overall; this bounds one
-// policy's share, so that a policy that loops cannot take every slot.
-func (e *Engine) acquire(ctx context.Context, p *Policy) (release func(), err error) {
+// callQueue bounds one policy's guest calls: workers run at once, so that
+// a policy that loops cannot take every guest slot, and at most limit more
+// wait; a call beyond those is refused at once (errQueueFull) rather than
+// held while the policy's earlier calls run out their time.
+type callQueue struct {
+	run     chan struct{}
+	waiting atomic.Int32
+	limit   int32
+}
+
+// queuedPerWorker is how many calls of a policy may wait per worker.
+const queuedPerWorker = 16
+
+// errQueueFull refuses a call that would wait behind too many others.
+var errQueueFull = errors.New("too many evaluations of the policy are waiting")
+
+func newCallQueue(workers int) *callQueue {
+	return &callQueue{run: make(chan struct{}, workers), limit: int32(queuedPerWorker * workers)}
+}
+
+// acquire takes a turn, waiting until ctx is done; release gives it back.
+func (q *callQueue) acquire(ctx context.Context) (release func(), err error) {
 	select {
-	case p.inflight <- struct{}{}:
-		return func() { <-p.inflight }, nil
+	case q.run <- struct{}{}:
+		return q.release, nil
+	default:
+	}
+	if q.waiting.Add(1) > q.limit {
+		q.waiting.Add(-1)
+		return nil, errQueueFull
+	}
+	defer q.waiting.Add(-1)
+	select {
+	case q.run <- struct{}{}:
+		return q.release, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
+
+func (q *callQueue) release() { <-q.run }
 
 // postProcess applies monitor mode, the mutation gate and the custom
 // rejection message, in Kubewarden's order (compat 3.4).

@@ -47,7 +47,7 @@ func newEnvFixture(t *testing.T, caps HostCapabilities) *envFixture {
 // configs parses a policies.yml document after putting module URIs in it.
 func (f *envFixture) configs(doc string) map[string]*PolicyConfig {
 	f.t.Helper()
-	for _, name := range []string{"labels", "wasi-log", "host-call"} {
+	for _, name := range []string{"labels", "wasi-log", "host-call", "loop"} {
 		if strings.Contains(doc, "{"+name+"}") {
 			doc = strings.ReplaceAll(doc, "{"+name+"}", "file://"+policybuild.ForTest(f.t, name))
 		}

@@ -200,7 +200,7 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Polic
 		Metadata:        ml.meta,
 		settings:        c.Settings,
 		host:            l.hostCalls(id, c, ml.meta),
-		inflight:        make(chan struct{}, l.opts.Workers),
+		calls:           newCallQueue(l.opts.Workers),
 	}
 	if len(p.settings) == 0 || string(p.settings) == "null" {
 		p.settings = []byte("{}")

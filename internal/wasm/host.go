@@ -281,6 +281,11 @@ func hostCall(ctx context.Context, st *callState, m api.Module, stack []uint64) 
 	if st == nil || st.host == nil {
 		return nil, errors.New("host calls are not available here")
 	}
+	// The host may wait (on the API server, a registry): meanwhile the
+	// call runs no guest code, so another may have its slot.
+	sl, callCtx := slotOf(ctx)
+	sl.pause()
+	defer sl.resume(callCtx)
 	if st.ctx != nil {
 		ctx = st.ctx
 	}

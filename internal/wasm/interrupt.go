@@ -533,11 +533,12 @@ func skipBlockType(b []byte, i int) (int, error) {
 }
 
 // yieldListeners gives __warden_yield its body: a return to Go code, where a
-// stop-the-world waiting for this goroutine preempts it. Nothing more is
-// needed: a runtime.Gosched here cost a Go guest 2 µs per call of the
-// labels policy, and TestInterruptDuringGarbageCollection passes without it
-// (and hangs without the listener). Every other function is compiled
-// without a listener.
+// stop-the-world waiting for this goroutine preempts it, and where the
+// scheduler may take the call's slot for another (sched.go). No
+// runtime.Gosched: it cost a Go guest 2 µs per call of the labels policy,
+// and TestInterruptDuringGarbageCollection passes without it (and hangs
+// without the listener). Every other function is compiled without a
+// listener.
 type yieldListeners struct{}
 
 func (yieldListeners) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
@@ -549,7 +550,9 @@ func (yieldListeners) NewFunctionListener(def api.FunctionDefinition) experiment
 
 type yieldListener struct{}
 
-func (yieldListener) Before(context.Context, api.Module, api.FunctionDefinition, []uint64, experimental.StackIterator) {
+func (yieldListener) Before(ctx context.Context, _ api.Module, _ api.FunctionDefinition, _ []uint64, _ experimental.StackIterator) {
+	sl, callCtx := slotOf(ctx)
+	sl.yield(callCtx)
 }
 
 func (yieldListener) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {}

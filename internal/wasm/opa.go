@@ -137,7 +137,7 @@ func (r *Runtime) NewOPA(ctx context.Context, m *Module, data []byte, maxIdle in
 		return nil, fmt.Errorf("instantiating the OPA host functions: %w", err)
 	}
 	o := &OPA{r: r, mod: m, data: data, idle: newIdleSet[*opaInstance](max(maxIdle, 1))}
-	leave, err := r.enterGuest(ctx)
+	ctx, leave, err := r.enterGuest(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func (o *OPA) Eval(ctx context.Context, input []byte, builtins OPABuiltinFunc) (
 // NewOPA was given, for this evaluation only: it is parsed into the heap
 // the evaluation leaves behind.
 func (o *OPA) EvalWithData(ctx context.Context, input, data []byte, builtins OPABuiltinFunc) ([]byte, error) {
-	leave, err := o.r.enterGuest(ctx)
+	ctx, leave, err := o.r.enterGuest(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -58,8 +58,10 @@ type Runtime struct {
 	// guestSlots bounds the goroutines running guest code at once to
 	// GOMAXPROCS-1 (at least 1), as of NewRuntime. The Go scheduler cannot
 	// preempt guest machine code, so a free P is what lets the timers that
-	// interrupt guests past their deadline run at all.
-	guestSlots chan struct{}
+	// interrupt guests past their deadline run at all. sched.go says who
+	// gets them.
+	guestSlots *scheduler
+	slots      int
 
 	mu       sync.Mutex
 	compiled map[string]*compileEntry // by digest of the original bytes
@@ -122,6 +124,7 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	if codeDir == "" {
 		codeDir = os.TempDir()
 	}
+	slots := max(runtime.GOMAXPROCS(0)-1, 1)
 	codeMu.Lock()
 	defer codeMu.Unlock()
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
@@ -133,7 +136,8 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 		shared:     cfg.Shared,
 		memLimit:   pages * pageSize,
 		logger:     logger,
-		guestSlots: make(chan struct{}, max(runtime.GOMAXPROCS(0)-1, 1)),
+		guestSlots: newScheduler(slots, runtime.NumCPU()),
+		slots:      slots,
 		compiled:   map[string]*compileEntry{},
 	}
 	if err := r.instantiateHostModules(ctx); err != nil {
@@ -490,16 +494,17 @@ func moduleConfig(sink *stdio, args ...string) wazero.ModuleConfig {
 }
 
 // GuestSlots is how many guest calls the runtime runs at once.
-func (r *Runtime) GuestSlots() int { return cap(r.guestSlots) }
+func (r *Runtime) GuestSlots() int { return r.slots }
 
 // enterGuest waits for a guest slot; the returned function gives it back.
-func (r *Runtime) enterGuest(ctx context.Context) (leave func(), err error) {
-	select {
-	case r.guestSlots <- struct{}{}:
-		return func() { <-r.guestSlots }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
+// The call must run its guest code with the returned context, which
+// carries the slot to its yield points and host calls.
+func (r *Runtime) enterGuest(ctx context.Context) (context.Context, func(), error) {
+	ctx, sl, err := r.guestSlots.enter(ctx)
+	if err != nil {
+		return ctx, nil, err
 	}
+	return ctx, sl.leave, nil
 }
 
 // interruptible is a guest instance whose interrupt flag a deadline sets.

@@ -52,7 +52,7 @@ func (r *Runtime) NewWapc(ctx context.Context, m *Module, maxIdle int) (*Wapc, e
 		return nil, errors.New("the module does not export __guest_call: it is not a waPC module")
 	}
 	w := &Wapc{r: r, mod: m, idle: newIdleSet[*instance](max(maxIdle, 1))}
-	leave, err := r.enterGuest(ctx)
+	ctx, leave, err := r.enterGuest(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +194,7 @@ func (w *Wapc) Close(ctx context.Context) {
 // response. host answers the guest's host calls. The call is bounded by ctx:
 // past its deadline the instance is stopped and ErrDeadlineExceeded returned.
 func (w *Wapc) Call(ctx context.Context, host HostCaller, op string, payload []byte) ([]byte, error) {
-	leave, err := w.r.enterGuest(ctx)
+	ctx, leave, err := w.r.enterGuest(ctx)
 	if err != nil {
 		return nil, err
 	}

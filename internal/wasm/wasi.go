@@ -25,7 +25,7 @@ func (r *Runtime) RunWASI(ctx context.Context, m *Module, host HostCaller, comma
 	if !m.Exports("_start") {
 		return WASIResult{}, errNotCommand
 	}
-	leave, err := r.enterGuest(ctx)
+	ctx, leave, err := r.enterGuest(ctx)
 	if err != nil {
 		return WASIResult{}, err
 	}

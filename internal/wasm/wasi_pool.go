@@ -104,7 +104,7 @@ func (r *Runtime) NewWASIPool(ctx context.Context, m *Module, command string, ma
 // the guest's stderr when it exits with another code, ErrDeadlineExceeded
 // when it runs past ctx's deadline, a *TrapError when it traps.
 func (p *WASIPool) Run(ctx context.Context, host HostCaller, input []byte) (WASIResult, error) {
-	leave, err := p.r.enterGuest(ctx)
+	ctx, leave, err := p.r.enterGuest(ctx)
 	if err != nil {
 		return WASIResult{}, err
 	}
