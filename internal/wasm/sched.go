@@ -18,10 +18,11 @@ import (
 //     loopBudget loop iterations, see interrupt.go), once it has run for a
 //     quantum, a long call gives its slot back when short calls are waiting,
 //     or are running and the calls running outnumber the cores; it waits
-//     until that is no longer so, or for at most longWait, after which it
-//     takes the next freed slot before any short call. So short calls run
-//     on cores long calls are not spinning on, and a long call still runs a
-//     quantum every longWait while short ones keep coming.
+//     until that is no longer so, or for longWait, after which it takes the
+//     next freed slot before any short call, unless another long call is on
+//     such a turn already. So short calls run on cores long calls are not
+//     spinning on, and long calls, together, still run about a quantum
+//     every longWait while short ones keep coming.
 //   - A call waiting in a host call holds no slot: it runs no guest code.
 //
 // A call whose deadline passes while it waits for a slot goes on without
@@ -41,6 +42,8 @@ type scheduler struct {
 	free         int
 	shortRunning int       // short calls holding a slot
 	longRunning  int       // long calls holding a slot
+	forced       int       // long calls on a turn longWait gave them: at most one
+	nextForced   time.Time // no such turn before
 	short        []*waiter // waiting for a slot, served first to last
 	long         []*waiter // long calls parked until short ones leave them a core
 }
@@ -67,6 +70,7 @@ type slot struct {
 	start      time.Time // of the call
 	sliceStart time.Time // of the current run on a slot
 	long       bool
+	forced     bool // on a turn taken after longWait; guarded by scheduler.mu
 	held       bool // guarded by scheduler.mu while the call waits, else by the call
 }
 
@@ -111,20 +115,36 @@ func (s *scheduler) acquire(ctx context.Context, sl *slot, first bool) error {
 		s.short = append(s.short, w)
 	}
 	s.mu.Unlock()
-	return s.wait(ctx, w, nil)
+	return s.wait(ctx, w)
 }
 
-// wait waits for w's grant, or for ctx, or for timeout (nil: none), after
-// which w moves to the head of the short queue and keeps waiting there.
-func (s *scheduler) wait(ctx context.Context, w *waiter, timeout <-chan time.Time) error {
+// wait waits for w's grant, or for ctx. A parked long call (in s.long)
+// also waits for longWait at a time: then, unless another long call is
+// already running on such a turn, it moves to the head of the short queue.
+func (s *scheduler) wait(ctx context.Context, w *waiter) error {
+	var timeout <-chan time.Time
+	if w.sl.long {
+		timer := time.NewTimer(longWait)
+		defer timer.Stop()
+		timeout = timer.C
+	}
 	for {
 		select {
 		case <-w.granted:
 			return nil
 		case <-timeout:
-			timeout = nil
 			s.mu.Lock()
+			if wait := time.Until(s.nextForced); s.forced > 0 || wait > 0 {
+				// One long call at a time takes such turns, one every
+				// longWait.
+				s.mu.Unlock()
+				timeout = time.After(max(wait, quantum))
+				continue
+			}
+			timeout = nil
 			if !w.done && remove(&s.long, w) {
+				s.forced++
+				w.sl.forced = true
 				if s.free > 0 {
 					s.free--
 					s.grantLocked(w.sl)
@@ -143,6 +163,10 @@ func (s *scheduler) wait(ctx context.Context, w *waiter, timeout <-chan time.Tim
 			}
 			remove(&s.short, w)
 			remove(&s.long, w)
+			if w.sl.forced {
+				w.sl.forced = false
+				s.forced--
+			}
 			return ctx.Err()
 		}
 	}
@@ -163,6 +187,11 @@ func (s *scheduler) grantLocked(sl *slot) {
 // short call (or long call moved among them), else a parked long call when
 // a core is left, else back to free.
 func (s *scheduler) releaseLocked(sl *slot) {
+	if sl.forced {
+		sl.forced = false
+		s.forced--
+		s.nextForced = time.Now().Add(longWait)
+	}
 	if sl.long {
 		s.longRunning--
 	} else {
@@ -209,9 +238,7 @@ func (sl *slot) yield(ctx context.Context) {
 	w := &waiter{sl: sl, granted: make(chan struct{})}
 	s.long = append(s.long, w)
 	s.mu.Unlock()
-	timer := time.NewTimer(longWait)
-	defer timer.Stop()
-	_ = s.wait(ctx, w, timer.C) // past the deadline, the guest traps at its next check
+	_ = s.wait(ctx, w) // past the deadline, the guest traps at its next check
 }
 
 // pause gives the slot back while the call waits outside guest code (a
