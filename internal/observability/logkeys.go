@@ -39,4 +39,7 @@ const (
 	KeyAPIVersion = "api_version"
 	// KeyTable is a table of the reflector store.
 	KeyTable = "table"
+	// KeyConfigKey is a key of a configuration file, by its path, such as
+	// pod-privileged.settings of policies.yml.
+	KeyConfigKey = "config_key"
 )

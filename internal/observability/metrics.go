@@ -116,12 +116,19 @@ type MetricsOptions struct {
 	// otel_metric_overflow="true". 0 means the SDK default: 2000, or
 	// OTEL_GO_X_CARDINALITY_LIMIT; a negative value means no limit.
 	CardinalityLimit int
+	// LabelValueLimit caps the number of distinct values kept for each label
+	// whose value comes from the request (resource_namespace,
+	// resource_kind); past it, new values are recorded as [LabelValueOther].
+	// 0 means [DefaultLabelValueLimit]; a negative value means no limit.
+	LabelValueLimit int
 }
 
 // Metrics records policy evaluations. Its methods are safe for concurrent use.
 // A nil *Metrics records nothing, so callers need no check when metrics are
 // disabled.
 type Metrics struct {
+	namespaces  *labelValues
+	kinds       *labelValues
 	provider    *sdkmetric.MeterProvider
 	registry    *prometheus.Registry
 	evaluations metric.Int64Counter
@@ -179,6 +186,11 @@ func NewMetrics(ctx context.Context, opts MetricsOptions) (*Metrics, error) {
 		return nil, errors.Join(err, provider.Shutdown(ctx))
 	}
 	m.registry = registry
+	limit := opts.LabelValueLimit
+	if limit == 0 {
+		limit = DefaultLabelValueLimit
+	}
+	m.namespaces, m.kinds = newLabelValues(limit), newLabelValues(limit)
 	return m, nil
 }
 
@@ -270,6 +282,11 @@ func (m *Metrics) RecordReload(ctx context.Context, policyName, action string, f
 // bounded at 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500,
 // 5000 and 10000 ms.
 //
+// The values that come from the request are bounded, since any client can
+// send any: a namespace, kind or operation that cannot be valid is recorded
+// as [LabelValueInvalid], and a valid namespace or kind first seen past
+// [MetricsOptions].LabelValueLimit distinct ones as [LabelValueOther].
+//
 // The latency is recorded in float64 milliseconds, so sub-millisecond
 // evaluations keep their precision; Kubewarden records whole milliseconds (a
 // u64, truncated), so its _sum is lower and its fastest evaluations all fall
@@ -280,6 +297,7 @@ func (m *Metrics) RecordEvaluation(ctx context.Context, e Evaluation, latency ti
 	}
 	// At most maxEvaluationAttributes: the array stays on the stack; one Set
 	// (a sorted copy, 512 bytes) is built and shared by both instruments.
+	e = m.boundLabels(e)
 	var buf [maxEvaluationAttributes]attribute.KeyValue
 	opt := metric.WithAttributeSet(attribute.NewSet(appendEvaluationAttributes(buf[:0], e)...))
 	m.evaluations.Add(ctx, 1, opt)
