@@ -104,21 +104,26 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithMemoryLimitPages(uint32(pages)).
 		WithCustomSections(false)
-	var cache wazero.CompilationCache
 	if cfg.Shared != nil && cfg.CacheDir == "" {
 		return nil, errors.New("a shared cache needs a cache directory of its own")
-	}
-	if cfg.CacheDir != "" {
-		c, err := wazero.NewCompilationCacheWithDir(cfg.CacheDir)
-		if err != nil {
-			return nil, fmt.Errorf("opening compilation cache %q: %w", cfg.CacheDir, err)
-		}
-		cache = c
-		rc = rc.WithCompilationCache(c)
 	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	// The cache only saves compilations: a directory it cannot use is a
+	// warning, not a reason to refuse to run (cachedir.go).
+	var cache wazero.CompilationCache
+	if cfg.CacheDir != "" {
+		c, err := openCompilationCache(ctx, cfg.CacheDir)
+		if err != nil {
+			logger.WarnContext(ctx, "compiled modules are not cached: the cache directory is unusable",
+				"dir", cfg.CacheDir, "shared_cache", cfg.Shared != nil, "error", err)
+			cfg.CacheDir, cfg.Shared = "", nil
+		} else {
+			cache = c
+			rc = rc.WithCompilationCache(c)
+		}
 	}
 	codeDir := cfg.CacheDir
 	if codeDir == "" {
@@ -284,6 +289,13 @@ func (r *Runtime) compileLocked(ctx context.Context, module []byte) (wazero.Comp
 	}
 	mapper := newCodeMapper()
 	cm, err := r.rt.CompileModule(ctx, module)
+	if err != nil && r.isCacheReadError(err) {
+		// A cache entry wazero cannot read: empty the cache and compile
+		// again (cachedir.go).
+		r.logger.WarnContext(ctx, "the compilation cache failed: emptying it and compiling again", "dir", r.cacheDir, "error", err)
+		r.emptyCache(ctx)
+		cm, err = r.rt.CompileModule(ctx, module)
+	}
 	if err != nil {
 		return nil, nil, nil, err
 	}

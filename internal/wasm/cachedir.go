@@ -1,0 +1,131 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/tetratelabs/wazero"
+)
+
+// wazero's compilation cache is an optimisation, and the runtime treats it
+// as one. A directory it cannot create or write (a read-only root file
+// system) leaves the runtime without a cache, after a warning (NewRuntime).
+// A compilation that fails because wazero cannot read a cache entry (one
+// truncated or corrupted: wazero says "compilationcache: checksum mismatch"
+// or "compilationcache: error reading header: EOF"; or one it cannot open)
+// empties the cache and compiles once more (compileLocked).
+// wazero does not say which file failed, and its file names hash the module
+// with values it keeps internal (the function listeners, the CPU's
+// features), so the whole cache goes: the other modules are compiled again
+// at their next compilation, or copied again from the shared cache.
+
+// openCompilationCache opens wazero's compilation cache in dir, creating
+// dir if needed, and checks that the cache can write its files.
+func openCompilationCache(ctx context.Context, dir string) (wazero.CompilationCache, error) {
+	cache, err := wazero.NewCompilationCacheWithDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for i, d := range []string{dir, filepath.Join(dir, wazeroCacheSubdir())} {
+		if _, err := os.Stat(d); i > 0 && errors.Is(err, fs.ErrNotExist) {
+			continue // not wazero's name after all: compileLocked copes
+		}
+		if err := probeWrite(d); err != nil {
+			_ = cache.Close(ctx)
+			return nil, err
+		}
+	}
+	return cache, nil
+}
+
+// wazeroCacheSubdir is the directory of the cache directory where wazero
+// keeps its files: wazero-<version>-<arch>-<os>, the version read from the
+// build information as wazero reads it (its internal/version).
+func wazeroCacheSubdir() string {
+	missing := func(v string) bool { return v == "" || v == "(devel)" }
+	version := ""
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if strings.Contains(dep.Path, "github.com/tetratelabs/wazero") {
+				version = dep.Version
+			}
+		}
+		if missing(version) {
+			version = info.Main.Version
+		}
+	}
+	if missing(version) {
+		version = "dev"
+	}
+	return "wazero-" + version + "-" + runtime.GOARCH + "-" + runtime.GOOS
+}
+
+// probeWrite creates and removes a file in dir.
+func probeWrite(dir string) error {
+	f, err := os.CreateTemp(dir, "probe-*.tmp")
+	if err != nil {
+		return fmt.Errorf("cannot write in the cache directory: %w", err)
+	}
+	err = f.Close()
+	if rerr := os.Remove(f.Name()); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("cannot write in the cache directory: %w", err)
+	}
+	return nil
+}
+
+// isCacheReadError reports whether a compilation failed because wazero
+// could not read a cache entry (open or decode it) rather than because of
+// the module. Such a failure happens before wazero compiles anything, so
+// compiling again is safe. A failure to write an entry is not one: wazero
+// has then kept the module in memory without its function listeners, and
+// compiling the same bytes again in this runtime would return that module
+// (it panics when instantiated), so that error stays an error; the write
+// probe of NewRuntime keeps it from happening but for a disk that fills up.
+func (r *Runtime) isCacheReadError(err error) bool {
+	if r.cache == nil {
+		return false
+	}
+	if strings.Contains(err.Error(), "compilationcache: ") {
+		return true
+	}
+	var pathErr *fs.PathError
+	if !errors.As(err, &pathErr) || strings.HasSuffix(pathErr.Path, ".tmp") { // wazero writes entries through .tmp files
+		return false
+	}
+	dir, aerr := filepath.Abs(r.cacheDir) // wazero's paths are absolute
+	return aerr == nil && strings.HasPrefix(pathErr.Path, dir+string(filepath.Separator))
+}
+
+// emptyCache removes the files of wazero's cache, and keeps its directory,
+// where wazero writes. The caller holds codeMu, so that no compilation of
+// this runtime reads or writes them meanwhile.
+func (r *Runtime) emptyCache(ctx context.Context) {
+	dirs := []string{filepath.Join(r.cacheDir, wazeroCacheSubdir())}
+	if _, err := os.Stat(dirs[0]); err != nil {
+		dirs, _ = filepath.Glob(filepath.Join(r.cacheDir, "wazero-*"))
+	}
+	for _, d := range dirs {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue // not a directory
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				continue
+			}
+			if err := os.Remove(filepath.Join(d, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				r.logger.WarnContext(ctx, "cannot remove a file of the compilation cache", "dir", d, "error", err)
+			}
+		}
+	}
+}
