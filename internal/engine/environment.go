@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -405,6 +406,10 @@ func (env *Environment) build(ctx context.Context, configs map[string]*PolicyCon
 	built, errs := map[string]*entry{}, map[string]error{}
 	for _, id := range sortedKeys(configs) {
 		c := configs[id]
+		for _, key := range c.IgnoredKeys {
+			env.opts.Logger.WarnContext(ctx, "unknown key of the policy's configuration ignored",
+				observability.KeyPolicyID, id, observability.KeyConfigKey, key)
+		}
 		e := &entry{id: id, config: c, policies: map[string]*Policy{}}
 		e.status = PolicyStatus{ID: id, State: StateActive, Generation: 1, LoadedAt: time.Now()}
 		var err error
@@ -514,5 +519,6 @@ func (c *PolicyConfig) equal(o *PolicyConfig) bool {
 	a, errA := json.Marshal(c)
 	b, errB := json.Marshal(o)
 	return errA == nil && errB == nil && string(a) == string(b) &&
-		c.ContextAwareFromMetadata == o.ContextAwareFromMetadata
+		c.ContextAwareFromMetadata == o.ContextAwareFromMetadata &&
+		slices.Equal(c.IgnoredKeys, o.IgnoredKeys) // a new one is warned about
 }

@@ -230,13 +230,54 @@ func (f *Fetcher) download(ctx context.Context, loc location) ([]byte, error) {
 	return data, nil
 }
 
-// readModule reads a module file.
+// readModule reads a module file: a regular file (a device such as
+// /dev/zero, or a named pipe, is refused before it is opened) of at most
+// maxModuleSize bytes, the bound of downloads.
 func readModule(uri, path string) (Module, error) {
-	data, err := os.ReadFile(path)
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return Module{}, notRegular(path, st.Mode())
+	}
+	f, err := os.Open(path) // also says why a path cannot be read
 	if err != nil {
 		return Module{}, err
 	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return Module{}, err
+	}
+	if !st.Mode().IsRegular() { // replaced since
+		return Module{}, notRegular(path, st.Mode())
+	}
+	if st.Size() > maxModuleSize {
+		return Module{}, fmt.Errorf("%s is %d bytes, more than the %d limit", path, st.Size(), maxModuleSize)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxModuleSize+1))
+	if err != nil {
+		return Module{}, err
+	}
+	if len(data) > maxModuleSize { // grew since
+		return Module{}, fmt.Errorf("%s is more than the %d bytes limit", path, maxModuleSize)
+	}
 	return newModule(uri, path, data), nil
+}
+
+// notRegular is the error of a module path that is not a regular file.
+func notRegular(path string, mode fs.FileMode) error {
+	what := "not a regular file"
+	switch {
+	case mode.IsDir():
+		what = "a directory"
+	case mode&fs.ModeCharDevice != 0:
+		what = "a character device"
+	case mode&fs.ModeDevice != 0:
+		what = "a device"
+	case mode&fs.ModeNamedPipe != 0:
+		what = "a named pipe"
+	case mode&fs.ModeSocket != 0:
+		what = "a socket"
+	}
+	return fmt.Errorf("%s is %s: a module must be a regular file", path, what)
 }
 
 func newModule(uri, path string, data []byte) Module {
