@@ -103,7 +103,8 @@ func New(certFile, keyFile string, clientCAFiles []string, logger *slog.Logger) 
 
 // TLSConfig returns a new server configuration, for tls.Listen or
 // http.Server.TLSConfig, that presents the current certificate (TLS 1.2 at
-// least). With client CA files, every client must present a certificate that
+// least, with the [DefaultCipherSuites] under TLS 1.2; set MinVersion and
+// CipherSuites on the result to change them). With client CA files, every client must present a certificate that
 // chains to the current CAs (tls.RequireAndVerifyClientCert); as the CAs can
 // change, they are set per connection through GetConfigForClient, which
 // starts from a copy of the returned configuration as it is at handshake time,
@@ -111,6 +112,7 @@ func New(certFile, keyFile string, clientCAFiles []string, logger *slog.Logger) 
 func (w *Watcher) TLSConfig() *tls.Config {
 	cfg := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
+		CipherSuites:   DefaultCipherSuites(),
 		GetCertificate: w.getCertificate,
 	}
 	if len(w.caFiles) == 0 {

@@ -10,6 +10,11 @@
 // watch missed. A pair that does not load (half written, or a key that does
 // not match the certificate) never replaces one that does.
 //
+// The configuration it returns offers TLS 1.2 and 1.3, and under TLS 1.2 only
+// ECDHE suites with AEAD ciphers (no CBC); ParseCipherSuites and
+// ParseMinVersion read the flags that change them (--tls-cipher-suites,
+// --tls-min-version).
+//
 // It imports only internal/observability from Warden (for the log keys) and
 // must not import anything that serves requests.
 package certwatch

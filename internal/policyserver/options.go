@@ -3,6 +3,7 @@ package policyserver
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
+	"github.com/wardenhq/warden/internal/certwatch"
 	"github.com/wardenhq/warden/internal/engine"
 )
 
@@ -50,6 +52,18 @@ type Options struct {
 	NativeCELPolicy    bool
 	WatchPolicies      bool
 
+	// MaxInFlightBodyBytes bounds the bytes of request bodies held at once,
+	// across all connections; 0 is 4 × MaxRequestBodySize.
+	MaxInFlightBodyBytes int64
+	// RequestReadTimeout bounds the time to receive a request, headers and
+	// body, on every listener (http.Server.ReadTimeout); 0: no bound.
+	RequestReadTimeout time.Duration
+	// TLSMinVersion and TLSCipherSuites are --tls-min-version and
+	// --tls-cipher-suites (certwatch.ParseMinVersion, ParseCipherSuites);
+	// no suites: certwatch.DefaultCipherSuites.
+	TLSMinVersion   string
+	TLSCipherSuites []string
+
 	// Cluster mode (RFC 000): with PolicyServerName set, the server serves
 	// the PolicyRevisions of that PolicyServer instead of --policies.
 	PolicyServerName       string
@@ -78,6 +92,18 @@ type Options struct {
 	Reflect func(apiVersion, kind string) error
 }
 
+// inFlightBodyBytes is the budget of request bodies held at once
+// (--max-in-flight-request-body-bytes, 0: 4 × --max-request-body-bytes).
+func (o *Options) inFlightBodyBytes() int64 {
+	if o.MaxInFlightBodyBytes > 0 {
+		return o.MaxInFlightBodyBytes
+	}
+	if o.MaxRequestBodySize > math.MaxInt64/4 {
+		return math.MaxInt64
+	}
+	return 4 * o.MaxRequestBodySize
+}
+
 // DefaultOptions returns the defaults of every option.
 func DefaultOptions() Options {
 	cache := ""
@@ -98,6 +124,8 @@ func DefaultOptions() Options {
 		CacheDir:           cache,
 		MemoryLimitMiB:     512,
 		MaxRequestBodySize: 16 << 20,
+		RequestReadTimeout: 10 * time.Second,
+		TLSMinVersion:      "1.2",
 		NativeCELPolicy:    true,
 		WatchPolicies:      true,
 	}
@@ -133,6 +161,10 @@ var flagEnv = map[string]string{
 	"cache-dir":                            "WARDEN_CACHE_DIR",
 	"memory-limit":                         "WARDEN_MEMORY_LIMIT",
 	"max-request-body-bytes":               "WARDEN_MAX_REQUEST_BODY_BYTES",
+	"max-in-flight-request-body-bytes":     "WARDEN_MAX_IN_FLIGHT_REQUEST_BODY_BYTES",
+	"request-read-timeout":                 "WARDEN_REQUEST_READ_TIMEOUT",
+	"tls-min-version":                      "WARDEN_TLS_MIN_VERSION",
+	"tls-cipher-suites":                    "WARDEN_TLS_CIPHER_SUITES",
 	"native-cel-policy":                    "WARDEN_NATIVE_CEL_POLICY",
 	"policy-server-name":                   "KUBEWARDEN_POLICY_SERVER_NAME",
 	"pod-name":                             "KUBEWARDEN_POD_NAME",
@@ -174,6 +206,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "Directory of the compiled-module cache (empty: no cache)")
 	fs.IntVar(&o.MemoryLimitMiB, "memory-limit", o.MemoryLimitMiB, "Memory cap of one policy instance, in MiB")
 	fs.Int64Var(&o.MaxRequestBodySize, "max-request-body-bytes", o.MaxRequestBodySize, "Largest request body accepted")
+	fs.Int64Var(&o.MaxInFlightBodyBytes, "max-in-flight-request-body-bytes", o.MaxInFlightBodyBytes, "Most bytes of request bodies held in memory at once, across all connections; a request that cannot get its bytes within a second is answered 429 with Retry-After (0: 4 × --max-request-body-bytes)")
+	fs.DurationVar(&o.RequestReadTimeout, "request-read-timeout", o.RequestReadTimeout, "Longest time to receive a request, headers and body, on every listener (the headers alone: 10s at most); a slower webhook request is answered 408, and the connection closed")
+	fs.StringVar(&o.TLSMinVersion, "tls-min-version", o.TLSMinVersion, "Oldest TLS version accepted: 1.2 or 1.3 (or VersionTLS12, VersionTLS13)")
+	fs.StringSliceVar(&o.TLSCipherSuites, "tls-cipher-suites", o.TLSCipherSuites, "TLS 1.2 cipher suites offered, comma-separated IANA names (default: ECDHE with AES-GCM or ChaCha20-Poly1305 only); TLS 1.3 suites are not configurable")
 	fs.BoolVar(&o.WatchPolicies, "watch-policies", o.WatchPolicies, "Reload the --policies file when it changes; false reloads it on SIGHUP only")
 	fs.StringVar(&o.PolicyServerName, "policy-server-name", o.PolicyServerName, "Cluster mode: serve the PolicyRevisions of this PolicyServer (instead of --policies), report their status and take part in electing the replica that initialises them")
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Cluster mode: this replica's pod name, ending in its ordinal (the downward API's metadata.name)")
@@ -263,6 +299,18 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxRequestBodySize <= 0 {
 		errs = append(errs, errors.New("--max-request-body-bytes must be positive"))
+	}
+	if o.MaxInFlightBodyBytes < 0 || (o.MaxInFlightBodyBytes > 0 && o.MaxInFlightBodyBytes < o.MaxRequestBodySize) {
+		errs = append(errs, errors.New("--max-in-flight-request-body-bytes must be 0 or at least --max-request-body-bytes"))
+	}
+	if o.RequestReadTimeout <= 0 {
+		errs = append(errs, errors.New("--request-read-timeout must be positive"))
+	}
+	if _, err := certwatch.ParseMinVersion(o.TLSMinVersion); err != nil {
+		errs = append(errs, fmt.Errorf("--tls-min-version: %w", err))
+	}
+	if _, err := certwatch.ParseCipherSuites(o.TLSCipherSuites); err != nil {
+		errs = append(errs, fmt.Errorf("--tls-cipher-suites: %w", err))
 	}
 	if o.SharedCacheDir != "" {
 		if o.CacheDir == "" {

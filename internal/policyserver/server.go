@@ -50,6 +50,12 @@ type Server struct {
 	shared     *sharedcache.Store // the replicas' shared cache; nil when none
 	fetcher    *policyfetch.Fetcher
 	tls        *certwatch.Watcher
+	// tlsMinVersion and tlsCipherSuites are --tls-min-version and
+	// --tls-cipher-suites, for the configurations of s.tls.
+	tlsMinVersion   uint16
+	tlsCipherSuites []uint16
+	// bodies bounds the request bodies held in memory at once.
+	bodies *bodyBudget
 
 	reloadMu sync.Mutex             // serialises reloads
 	fileErr  atomic.Pointer[string] // why the policies file last failed to be read
@@ -72,14 +78,23 @@ func SetGOMAXPROCS(workers int) {
 // New loads the policies and binds the listeners; Serve starts answering.
 // The server's readiness endpoint reports ready only once Serve runs.
 func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error) {
-	s := &Server{opts: opts, logger: logger}
+	tlsMinVersion, err := certwatch.ParseMinVersion(opts.TLSMinVersion)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-min-version: %w", err)
+	}
+	tlsCipherSuites, err := certwatch.ParseCipherSuites(opts.TLSCipherSuites)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cipher-suites: %w", err)
+	}
+	s := &Server{opts: opts, logger: logger, tlsMinVersion: tlsMinVersion, tlsCipherSuites: tlsCipherSuites,
+		// Never smaller than one body of the largest size accepted.
+		bodies: newBodyBudget(max(opts.inFlightBodyBytes(), opts.MaxRequestBodySize))}
 	ok := false
 	defer func() {
 		if !ok {
 			s.Close(context.Background())
 		}
 	}()
-	var err error
 	s.metrics, err = observability.NewMetrics(ctx, observability.MetricsOptions{
 		OTLP:        opts.EnableMetrics,
 		ServiceName: serviceName,
@@ -213,17 +228,12 @@ func (s *Server) Environment() *engine.Environment { return s.env }
 
 // Serve answers requests until ctx is done, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context) error {
-	mainSrv := &http.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
-	}
+	mainSrv := s.httpServer(s.Handler())
 	ops := http.NewServeMux()
 	ops.HandleFunc("GET /readiness", s.handleReadiness)
 	ops.HandleFunc("GET /policies", s.handlePolicies)
 	ops.Handle("GET /metrics", s.metrics.Handler())
-	opsSrv := &http.Server{Handler: ops, ReadHeaderTimeout: 10 * time.Second}
+	opsSrv := s.httpServer(refuseBodies(ops))
 
 	errs := make(chan error, 4)
 	serve := func(srv *http.Server, ln net.Listener) {
@@ -233,7 +243,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	mainLn := s.main
 	if s.tls != nil {
-		mainLn = tls.NewListener(s.main, s.tls.TLSConfig())
+		cfg := s.tls.TLSConfig()
+		cfg.MinVersion, cfg.CipherSuites = s.tlsMinVersion, s.tlsCipherSuites
+		mainLn = tls.NewListener(s.main, cfg)
 		go func() {
 			if err := s.tls.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				errs <- fmt.Errorf("watching certificates: %w", err)
@@ -257,7 +269,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	go serve(opsSrv, s.readiness)
 	var metricsSrv *http.Server
 	if s.metricsLn != nil {
-		metricsSrv = &http.Server{Handler: s.metrics.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		metricsSrv = s.httpServer(refuseBodies(s.metrics.Handler()))
 		go serve(metricsSrv, s.metricsLn)
 	}
 	s.ready.Store(true)
@@ -303,6 +315,42 @@ func (s *Server) Close(ctx context.Context) {
 			_ = ln.Close()
 		}
 	}
+}
+
+// httpServer returns the server of one listener. Every request must arrive
+// within --request-read-timeout, its headers within 10 s: the server then
+// lifts the read deadline once the handler has read the body to its end (or
+// at once without a body), so evaluations run unbounded by it and
+// keep-alive connections live on (IdleTimeout bounds them between requests).
+// A body left unread or not finished in time fails to read, and the
+// connection is closed. (net/http lifts the deadline as it starts watching
+// the connection for the client going away; TestSlowRequestBodies checks
+// that an evaluation outliving the deadline is not cancelled.)
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       s.opts.RequestReadTimeout,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
+	}
+}
+
+// refuseBodies answers 413 to a request with a body, reading none of it, and
+// closes its connection: the readiness and metrics routes take none, and
+// a body must not hold their connections or memory.
+func refuseBodies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// A deadline already passed: the server reads nothing of the
+		// body after the answer, to reuse the connection.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestEntityTooLarge, "This port's routes take no request body")
+	})
 }
 
 func (s *Server) handleReadiness(w http.ResponseWriter, _ *http.Request) {
