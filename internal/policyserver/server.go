@@ -229,6 +229,14 @@ func (s *Server) Environment() *engine.Environment { return s.env }
 // Serve answers requests until ctx is done, then shuts down gracefully.
 func (s *Server) Serve(ctx context.Context) error {
 	mainSrv := s.httpServer(s.Handler())
+	// Evaluations run under evalCtx, which shutdown cancels once in-flight
+	// requests have had shutdownGrace to finish: a guest still running
+	// then (a loop) is interrupted and its request answered, instead of
+	// holding the shutdown until its time limit.
+	evalCtx, cancelEvals := context.WithCancelCause(context.WithoutCancel(ctx))
+	interrupt := func() { cancelEvals(errShuttingDown) }
+	defer interrupt()
+	mainSrv.BaseContext = func(net.Listener) context.Context { return evalCtx }
 	ops := http.NewServeMux()
 	ops.HandleFunc("GET /readiness", s.handleReadiness)
 	ops.HandleFunc("GET /policies", s.handlePolicies)
@@ -284,6 +292,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.ready.Store(false)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	grace := time.AfterFunc(shutdownGrace, interrupt)
+	defer grace.Stop()
 	for _, srv := range []*http.Server{mainSrv, opsSrv, metricsSrv} {
 		if srv != nil {
 			_ = srv.Shutdown(shutdownCtx)
@@ -292,6 +302,15 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.Close(shutdownCtx)
 	return err
 }
+
+// errShuttingDown is why the evaluations still running at the end of
+// shutdownGrace are interrupted; their requests are answered with it.
+var errShuttingDown = fmt.Errorf("the policy server is shutting down: %w", context.Canceled)
+
+// shutdownGrace is how long in-flight evaluations have to finish after
+// the server stops accepting requests, before their guests are
+// interrupted.
+const shutdownGrace = time.Second
 
 // Close releases the engine and the runtime, and flushes and stops the
 // metrics and span exporters.

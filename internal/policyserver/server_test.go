@@ -466,6 +466,36 @@ func TestLoopingPolicyDoesNotBlockOthers(t *testing.T) {
 	wg.Wait()
 }
 
+// TestShutdownInterruptsLoops stops a server while a looping evaluation
+// with a long time limit runs and a good one waits behind nothing: the good
+// request is answered, the loop is interrupted and answered, and Serve
+// returns long before the loop's time limit.
+func TestShutdownInterruptsLoops(t *testing.T) {
+	opts := testOptions(t, writePolicies(t, "labels: {module: {labels}}\nloop: {module: {loop}, timeoutEvalSeconds: 600}\n"))
+	ts := startServer(t, opts)
+	loopAnswer := make(chan *admission.Response, 1)
+	go func() { loopAnswer <- ts.review(t, "/validate/loop", podReview("loop", "default", "CREATE", nil)) }()
+	time.Sleep(200 * time.Millisecond) // let the loop start; correctness does not depend on it
+	stopped := make(chan struct{})
+	go func() {
+		ts.stop()
+		close(stopped)
+	}()
+	select {
+	case resp := <-loopAnswer:
+		if resp.Allowed || resp.Status == nil || !strings.Contains(resp.Status.Message, "the policy server is shutting down") {
+			t.Errorf("the interrupted loop answered %+v", resp.Status)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatal("the looping request was not answered after the shutdown began")
+	}
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("Serve did not return")
+	}
+}
+
 func TestStartupFailures(t *testing.T) {
 	dir := t.TempDir()
 	notWasm := filepath.Join(dir, "not.wasm")

@@ -453,7 +453,7 @@ func callError(ctx context.Context, err error, stderr string, interrupted bool) 
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return ErrDeadlineExceeded
 		}
-		return fmt.Errorf("guest call interrupted: %w", ctx.Err())
+		return fmt.Errorf("guest call interrupted: %w", context.Cause(ctx))
 	}
 	var exit *exitPanic
 	if errors.As(err, &exit) {
