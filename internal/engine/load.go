@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"log/slog"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/observability"
+	"github.com/wardenhq/warden/internal/policyfetch"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -395,58 +393,11 @@ func FetchFile(_ context.Context, uri string) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("fetching %s: only file:// modules can be read without a fetcher", uri)
 	}
-	b, err := readModuleFile(path)
+	b, err := policyfetch.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("fetching %s: %w", uri, err)
 	}
 	return b, nil
-}
-
-// maxModuleSize bounds a module file, as policyfetch bounds downloads.
-const maxModuleSize = 256 << 20
-
-// readModuleFile reads a regular file of at most maxModuleSize bytes; a
-// file of another type is refused before it is opened, which could block.
-func readModuleFile(path string) ([]byte, error) {
-	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
-		return nil, notRegularFile(path, st.Mode())
-	}
-	f, err := os.Open(path) // also says why a path cannot be read
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, err
-	case !st.Mode().IsRegular(): // replaced since
-		return nil, notRegularFile(path, st.Mode())
-	case st.Size() > maxModuleSize:
-		return nil, fmt.Errorf("%s is %d bytes, more than the %d limit", path, st.Size(), maxModuleSize)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxModuleSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxModuleSize { // grew since
-		return nil, fmt.Errorf("%s is more than the %d bytes limit", path, maxModuleSize)
-	}
-	return b, nil
-}
-
-// notRegularFile is the error of a module path that is not a regular file.
-func notRegularFile(path string, mode fs.FileMode) error {
-	what := "not a regular file"
-	switch {
-	case mode.IsDir():
-		what = "a directory"
-	case mode&fs.ModeCharDevice != 0:
-		what = "a character device"
-	case mode&fs.ModeNamedPipe != 0:
-		what = "a named pipe"
-	}
-	return fmt.Errorf("%s is %s: a module must be a regular file", path, what)
 }
 
 type nopRecorder struct{}

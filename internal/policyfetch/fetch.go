@@ -230,36 +230,45 @@ func (f *Fetcher) download(ctx context.Context, loc location) ([]byte, error) {
 	return data, nil
 }
 
-// readModule reads a module file: a regular file (a device such as
-// /dev/zero, or a named pipe, is refused before it is opened) of at most
-// maxModuleSize bytes, the bound of downloads.
+// readModule reads a module file (ReadFile).
 func readModule(uri, path string) (Module, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return Module{}, err
+	}
+	return newModule(uri, path, data), nil
+}
+
+// ReadFile reads a module file: a regular file (a device such as
+// /dev/zero, or a named pipe, is refused before it is opened, which could
+// block) of at most 256 MiB, the bound of downloads.
+func ReadFile(path string) ([]byte, error) {
 	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
-		return Module{}, notRegular(path, st.Mode())
+		return nil, notRegular(path, st.Mode())
 	}
 	f, err := os.Open(path) // also says why a path cannot be read
 	if err != nil {
-		return Module{}, err
+		return nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return Module{}, err
+		return nil, err
 	}
 	if !st.Mode().IsRegular() { // replaced since
-		return Module{}, notRegular(path, st.Mode())
+		return nil, notRegular(path, st.Mode())
 	}
 	if st.Size() > maxModuleSize {
-		return Module{}, fmt.Errorf("%s is %d bytes, more than the %d limit", path, st.Size(), maxModuleSize)
+		return nil, fmt.Errorf("%s is %d bytes, more than the %d limit", path, st.Size(), maxModuleSize)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxModuleSize+1))
 	if err != nil {
-		return Module{}, err
+		return nil, err
 	}
 	if len(data) > maxModuleSize { // grew since
-		return Module{}, fmt.Errorf("%s is more than the %d bytes limit", path, maxModuleSize)
+		return nil, fmt.Errorf("%s is more than the %d bytes limit", path, maxModuleSize)
 	}
-	return newModule(uri, path, data), nil
+	return data, nil
 }
 
 // notRegular is the error of a module path that is not a regular file.
