@@ -306,12 +306,22 @@ func (s *Store) roots() (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// writeFile writes data to path through a temporary file renamed into
-// place, so that readers see the old content or the new, never a part.
+// writeFile writes data to path (WriteFile), as this cache's errors say.
 func writeFile(path string, data []byte) error {
+	if err := WriteFile(path, data); err != nil {
+		return fmt.Errorf("shared cache: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// WriteFile writes data to path through a temporary file in its directory
+// renamed into place, so that readers, in this process or another, see the
+// old content or the new, never a part. The temporary file's name ends in
+// .tmp.
+func WriteFile(path string, data []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
-		return fmt.Errorf("shared cache: %w", err)
+		return err
 	}
 	_, err = f.Write(data)
 	if cerr := f.Close(); err == nil {
@@ -322,9 +332,8 @@ func writeFile(path string, data []byte) error {
 	}
 	if err != nil {
 		_ = os.Remove(f.Name())
-		return fmt.Errorf("shared cache: writing %s: %w", path, err)
 	}
-	return nil
+	return err
 }
 
 // staleTemp is the age past which a temporary file is a dead writer's.

@@ -133,25 +133,11 @@ func (r *Runtime) newCacheFiles(before map[string]bool) []string {
 	return created
 }
 
-// writePrivate writes a file of the private cache through a temporary
-// file, so that wazero never reads a part of it.
+// writePrivate writes a file of the private cache, so that wazero never
+// reads a part of it.
 func writePrivate(path string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-	}
-	return err
+	return sharedcache.WriteFile(path, data)
 }
