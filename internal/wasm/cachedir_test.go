@@ -42,6 +42,7 @@ func testLogger(logs *logtest.Buffer) *slog.Logger {
 }
 
 func TestCacheFilesAreInWazeroCacheSubdir(t *testing.T) {
+	skipUnderRace(t)
 	dir := t.TempDir()
 	compileOnce(t, dir, readPolicy(t, "labels"))
 	files := privateFiles(t, dir)
@@ -59,6 +60,7 @@ func TestCacheFilesAreInWazeroCacheSubdir(t *testing.T) {
 // mid-write or a bad disk would: a new runtime on the same directory
 // compiles the module again, it runs, and the cache holds good code again.
 func TestCorruptCacheEntry(t *testing.T) {
+	skipUnderRace(t)
 	module := readPolicy(t, "labels")
 	tests := []struct {
 		name    string
@@ -112,6 +114,7 @@ func TestCorruptCacheEntry(t *testing.T) {
 // TestUnusableCacheDir gives the runtime a cache directory it cannot use:
 // it warns and runs without a cache.
 func TestUnusableCacheDir(t *testing.T) {
+	skipUnderRace(t)
 	module := readPolicy(t, "labels")
 	// readOnly makes dirs read-only, and skips the test when that does not
 	// stop writes (root).
@@ -173,5 +176,16 @@ func TestUnusableCacheDir(t *testing.T) {
 				t.Errorf("no warning about the cache directory; log:\n%s", logs.String())
 			}
 		})
+	}
+}
+
+// skipUnderRace skips a test of the files around compilation, which
+// compiles modules again and again: under the race detector (.ci/run runs
+// this package with it, for the memory the runtime shares with the kernel)
+// it costs minutes and checks no memory sharing.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceDetector {
+		t.Skip("compiles repeatedly; run without -race")
 	}
 }

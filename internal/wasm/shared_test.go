@@ -48,6 +48,7 @@ func privateFiles(t *testing.T, dir string) map[string][]byte {
 }
 
 func TestSharedCache(t *testing.T) {
+	skipUnderRace(t)
 	module, err := os.ReadFile(policybuild.ForTest(t, "labels"))
 	if err != nil {
 		t.Fatal(err)
