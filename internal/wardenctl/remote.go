@@ -64,7 +64,7 @@ func (a *app) fetcher(o RemoteOptions, storeDir string) (*policyfetch.Fetcher, e
 	if err != nil {
 		return nil, err
 	}
-	v, err := o.Verification.verifier()
+	v, err := a.verifier(o.Verification)
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -264,44 +263,58 @@ func (a *app) readObject(path string) (json.RawMessage, error) {
 	return docs[0], nil
 }
 
-// The default verification config: policies must be signed in the GitHub
-// Actions of the kubewarden organization, which is how Kubewarden signs the
-// policies it publishes.
-const verificationConfigHeader = `# Sigstore verification configuration (Kubewarden's format).
+// verificationKeyPlaceholder stands in the template of scaffold
+// verification-config where the user's public key goes; loading a config
+// that still holds it says so.
+const verificationKeyPlaceholder = "REPLACE-WITH-YOUR-PUBLIC-KEY"
+
+// verificationConfigTemplate is what scaffold verification-config prints,
+// with the default location of the file for %[1]s: a config Warden can
+// satisfy once the placeholder is replaced. kwctl prints one that requires
+// the keyless signatures of the kubewarden organization's GitHub Actions,
+// which Warden cannot verify; the header says so.
+const verificationConfigTemplate = `# Verification config (Kubewarden's verification.yml format): the cosign
+# signatures a policy must carry.
 #
-# As written, only policies signed by the GitHub Actions workflows of the
-# kubewarden organization are accepted. Save it to
-#   %s
-# to verify every policy pulled, or give it with --verification-config-path.
-# Other signature kinds: pubKey (a public key) and genericIssuer (a
-# keyless certificate issuer and subject); anyOf takes minimumMatches.
+# Warden verifies signatures offline, made with a key pair: kind pubKey
+# (and Warden's kind certificate). Keyless signatures, kinds githubAction
+# and genericIssuer, are not supported: wardenctl refuses a config that
+# requires them. So kwctl's default config, which requires the keyless
+# signatures of the kubewarden organization's GitHub Actions, cannot be
+# used, and the policies Kubewarden publishes cannot be verified by Warden.
+#
+# Put your public key in place of ` + verificationKeyPlaceholder + `
+# (the lines of cosign.pub, from cosign generate-key-pair; sign a pushed
+# policy with cosign sign --key cosign.key, or wardenctl sign --key
+# cosign.key), then save the file to
+#   %[1]s
+# where pull, run, bench and verify read it when no verification flag is
+# given, or give it with --verification-config-path (the policy server:
+# --verification-path). anyOf, with minimumMatches, lists alternatives.
+apiVersion: v1
+allOf:
+  - kind: pubKey
+    owner: my-team            # optional, informative
+    key: |
+      -----BEGIN PUBLIC KEY-----
+      ` + verificationKeyPlaceholder + `
+      -----END PUBLIC KEY-----
+    # annotations:            # optional: what the signature must carry (cosign sign -a env=prod)
+    #   env: prod
 `
-
-type verificationConfig struct {
-	APIVersion string                  `json:"apiVersion"`
-	AllOf      []verificationSignature `json:"allOf"`
-}
-
-type verificationSignature struct {
-	Kind  string `json:"kind"`
-	Owner string `json:"owner"`
-}
 
 func (a *app) scaffoldVerificationConfigCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "verification-config",
-		Short: "Print the default Sigstore verification configuration",
-		Args:  args(cobra.NoArgs),
+		Short: "Print a verification config template for key-based signatures (keyless is not supported)",
+		Long: "Print a verification config (Kubewarden's verification.yml format) that requires a cosign " +
+			"signature made with your key pair: replace the placeholder with your public key and save it to " +
+			"~/.config/kubewarden/verification-config.yml, which pull, run, bench and verify then read when no " +
+			"verification flag is given. Unlike kwctl's default, it does not require keyless signatures " +
+			"(githubAction, genericIssuer): Warden verifies offline and does not support them.",
+		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := jsonToYAML(verificationConfig{
-				APIVersion: "v1",
-				AllOf:      []verificationSignature{{Kind: "githubAction", Owner: "kubewarden"}},
-			})
-			if err != nil {
-				return err
-			}
-			path := filepath.Join(a.configHome(), "kubewarden", "verification-config.yml")
-			_, err = fmt.Fprintf(a.out, verificationConfigHeader+"%s", path, b)
+			_, err := fmt.Fprintf(a.out, verificationConfigTemplate, a.defaultVerificationConfig())
 			return err
 		},
 	}

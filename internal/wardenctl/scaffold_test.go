@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/wardenhq/warden/internal/verify"
+	"github.com/wardenhq/warden/internal/verify/verifytest"
 )
 
 func TestScaffoldManifest(t *testing.T) {
@@ -136,25 +139,51 @@ func TestScaffoldedRequestRuns(t *testing.T) {
 	}
 }
 
+// TestScaffoldVerificationConfig checks that the scaffolded config is one
+// Warden can satisfy: key-based, keyless named as unsupported, and, with a
+// key in place of the placeholder, a config wardenctl accepts.
 func TestScaffoldVerificationConfig(t *testing.T) {
 	e := newEnv(t)
 	r := e.mustRun("scaffold", "verification-config")
-	var cfg struct {
-		APIVersion string `json:"apiVersion"`
-		AllOf      []struct {
-			Kind  string `json:"kind"`
-			Owner string `json:"owner"`
-		} `json:"allOf"`
+	for _, want := range []string{
+		e.home + "/.config/kubewarden/verification-config.yml",
+		"Keyless signatures, kinds githubAction\n# and genericIssuer, are not supported",
+		"--verification-config-path",
+	} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("the output does not say %q\n%s", want, r.stdout)
+		}
 	}
-	if err := yaml.UnmarshalStrict([]byte(r.stdout), &cfg); err != nil {
-		t.Fatalf("%v\n%s", err, r.stdout)
+	key := verifytest.NewKey(t)
+	if !strings.Contains(r.stdout, "\n      "+verificationKeyPlaceholder+"\n") {
+		t.Fatalf("no placeholder line for the key\n%s", r.stdout)
 	}
-	if cfg.APIVersion != "v1" || len(cfg.AllOf) != 1 || cfg.AllOf[0].Kind != "githubAction" || cfg.AllOf[0].Owner != "kubewarden" {
-		t.Errorf("config %+v", cfg)
+	pemLines := strings.Split(strings.TrimSpace(key.PublicPEM), "\n")
+	filled := strings.Replace(r.stdout, "      -----BEGIN PUBLIC KEY-----\n      "+verificationKeyPlaceholder+"\n      -----END PUBLIC KEY-----\n",
+		"      "+strings.Join(pemLines, "\n      ")+"\n", 1)
+	cfg, err := verify.ParseConfig([]byte(filled))
+	if err != nil {
+		t.Fatalf("the scaffolded config, with a key, does not parse: %v\n%s", err, filled)
 	}
-	if !strings.Contains(r.stdout, e.home+"/.config/kubewarden/verification-config.yml") {
-		t.Errorf("the header does not name the default location\n%s", r.stdout)
+	if len(cfg.AllOf) != 1 || cfg.AllOf[0].Kind != verify.KindPubKey || cfg.AnyOf != nil {
+		t.Errorf("config %+v, want one pubKey in allOf", cfg)
 	}
+	if k := cfg.Keyless(); len(k) != 0 {
+		t.Errorf("the scaffolded config needs what Warden cannot verify: %q", k)
+	}
+	if ignored, err := checkOffline(cfg); err != nil || len(ignored) != 0 {
+		t.Errorf("checkOffline = %q, %v", ignored, err)
+	}
+
+	// Saved as is to the default location, it is read by pull, which
+	// says that the key is still to be filled in (before any download).
+	write(t, e.home, ".config/kubewarden/verification-config.yml", r.stdout)
+	p := e.run("pull", "registry://127.0.0.1:1/policies/labels:v1")
+	if p.code != 1 {
+		t.Fatalf("exit code %d, want 1\n%s", p.code, p)
+	}
+	checkError(t, p, "the default verification config "+e.home+"/.config/kubewarden/verification-config.yml: allOf[0].key: not a PEM public key")
+	checkError(t, p, "the key is still the placeholder of wardenctl scaffold verification-config")
 }
 
 func TestGuessPlural(t *testing.T) {

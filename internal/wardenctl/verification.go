@@ -3,7 +3,9 @@ package wardenctl
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -15,8 +17,12 @@ import (
 // a module must carry before pull, run, bench or verify accept it. Keys and
 // annotations build the requirements kwctl builds from them (every key must
 // have signed, each signature carrying every annotation); a
-// verification.yml gives any other requirements. Keyless flags are not
-// offered: Warden verifies offline (docs/verification.md).
+// verification.yml gives any other requirements. When no flag is given, the
+// commands that take the flags read kwctl's default verification config,
+// ~/.config/kubewarden/verification-config.yml, when it exists, as kwctl
+// does. Keyless flags are not offered, and a verification.yml that needs
+// keyless signatures is refused when it is read: Warden verifies offline
+// (docs/verification.md).
 type VerificationOptions struct {
 	// KeyPaths are PEM public key files (-k, repeatable).
 	KeyPaths []string
@@ -25,19 +31,32 @@ type VerificationOptions struct {
 	Annotations []string
 	// ConfigPath is a verification.yml.
 	ConfigPath string
+
+	// readsDefault is set by AddFlags: a command that takes the flags
+	// reads the default verification config when they ask for nothing.
+	// The zero value, which commands without the flags carry, never does.
+	readsDefault bool
 }
 
-// AddFlags registers the flags, with kwctl's names.
+// verificationConfigFile is the name of kwctl's default verification
+// config, in its configuration directory (configHome/kubewarden).
+const verificationConfigFile = "verification-config.yml"
+
+// defaultVerificationConfig is kwctl's default verification config:
+// $XDG_CONFIG_HOME/kubewarden/verification-config.yml, else
+// ~/.config/kubewarden/verification-config.yml.
+func (a *app) defaultVerificationConfig() string {
+	return filepath.Join(a.configHome(), "kubewarden", verificationConfigFile)
+}
+
+// AddFlags registers the flags, with kwctl's names. The command then also
+// reads the default verification config when no flag is given.
 func (o *VerificationOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringArrayVarP(&o.KeyPaths, "verification-key", "k", nil, "Path to a PEM public key whose cosign signature the policy must carry (repeatable)")
 	f.StringArrayVarP(&o.Annotations, "verification-annotation", "a", nil, "key=value annotation the signatures must carry (repeatable; needs -k)")
-	f.StringVar(&o.ConfigPath, "verification-config-path", "", "YAML file of the signatures the policy must carry (verification.yml)")
-}
-
-// enabled tells whether the flags ask for verification.
-func (o *VerificationOptions) enabled() bool {
-	return len(o.KeyPaths) > 0 || len(o.Annotations) > 0 || o.ConfigPath != ""
+	f.StringVar(&o.ConfigPath, "verification-config-path", "", "YAML file of the signatures the policy must carry (verification.yml; default: ~/.config/kubewarden/verification-config.yml when it exists and no other verification flag is given)")
+	o.readsDefault = true
 }
 
 // Validate checks the flags without reading files.
@@ -52,16 +71,27 @@ func (o *VerificationOptions) Validate() error {
 	return err
 }
 
-// config loads the requirements the flags give; nil when they give none.
-func (o *VerificationOptions) config() (*verify.Config, error) {
+// verificationConfig loads the requirements of o, as kwctl does: those of
+// the -k and -a flags, else the --verification-config-path file, else, for
+// a command that takes the flags, the default verification config when it
+// exists. nil when there are none.
+func (a *app) verificationConfig(o VerificationOptions) (*verify.Config, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	if o.ConfigPath != "" {
-		return verify.LoadConfig(o.ConfigPath)
+		return a.loadVerificationConfig(o.ConfigPath, "verification config "+o.ConfigPath)
 	}
 	if len(o.KeyPaths) == 0 {
-		return nil, nil
+		if !o.readsDefault {
+			return nil, nil
+		}
+		def := a.defaultVerificationConfig()
+		if _, err := os.Stat(def); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		a.logger().Info("no verification flag given: using the default verification config", "path", def)
+		return a.loadVerificationConfig(def, "the default verification config "+def)
 	}
 	ann, _ := parseAnnotations(o.Annotations, "") // checked by Validate
 	keys := make([]string, 0, len(o.KeyPaths))
@@ -79,10 +109,80 @@ func (o *VerificationOptions) config() (*verify.Config, error) {
 	return verify.KeyConfig(keys, ann)
 }
 
-// verifier returns the Verifier of the flags; nil when they ask for no
-// verification.
-func (o *VerificationOptions) verifier() (*verify.Verifier, error) {
-	cfg, err := o.config()
+// loadVerificationConfig reads the verification.yml at path; name is what
+// errors call it. A config that Warden can never satisfy, because it needs
+// keyless signatures or Rekor bundles, is refused now, before any module is
+// fetched; requirements of anyOf that Warden cannot meet, while enough
+// others can, are warned about.
+func (a *app) loadVerificationConfig(path, name string) (*verify.Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	cfg, err := verify.ParseConfig(b)
+	if err != nil {
+		if strings.Contains(string(b), verificationKeyPlaceholder) {
+			return nil, fmt.Errorf("%s: %w (the key is still the placeholder of wardenctl scaffold verification-config: put the lines of your public key, such as cosign.pub, in its place)", name, err)
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	ignored, err := checkOffline(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	for _, s := range ignored {
+		a.logger().Warn("this requirement of anyOf can never be met by Warden, which verifies offline; the others must meet minimumMatches",
+			"path", path, "requirement", s)
+	}
+	return cfg, nil
+}
+
+// keyBasedSigning is what errors about keyless requirements advise.
+const keyBasedSigning = "sign policies with a key (cosign sign --key, or wardenctl sign --key) and require them with kind pubKey; wardenctl scaffold verification-config prints a template"
+
+// offlineProblem says why Warden can never meet s, or "" when it can:
+// keyless kinds need Sigstore's Fulcio and Rekor, and a Rekor bundle needs
+// Rekor's key, none of which Warden uses.
+func offlineProblem(s verify.Signature) string {
+	switch {
+	case s.Kind == verify.KindGitHubAction || s.Kind == verify.KindGenericIssuer:
+		return fmt.Sprintf("requires a keyless signature (kind %s), which Warden does not support: keyless signatures need Sigstore's Fulcio and Rekor, and Warden verifies offline", s.Kind)
+	case s.Kind == verify.KindCertificate && s.RequireRekorBundle:
+		return "requires a Rekor bundle (kind certificate, requireRekorBundle: true), which Warden does not support: it needs Rekor's public key, and Warden verifies offline"
+	}
+	return ""
+}
+
+// checkOffline refuses a config that Warden can never satisfy: an allOf
+// requirement it cannot meet, or an anyOf of which it can meet fewer than
+// minimumMatches requirements. It returns the anyOf requirements it cannot
+// meet when enough others can.
+func checkOffline(cfg *verify.Config) (ignored []string, err error) {
+	for i, s := range cfg.AllOf {
+		if p := offlineProblem(s); p != "" {
+			return nil, fmt.Errorf("allOf[%d] %s: %s", i, p, keyBasedSigning)
+		}
+	}
+	if cfg.AnyOf == nil {
+		return nil, nil
+	}
+	var problems []string
+	for i, s := range cfg.AnyOf.Signatures {
+		if p := offlineProblem(s); p != "" {
+			problems = append(problems, fmt.Sprintf("anyOf.signatures[%d] %s", i, p))
+		}
+	}
+	if met := len(cfg.AnyOf.Signatures) - len(problems); met < cfg.AnyOf.MinimumMatches {
+		return nil, fmt.Errorf("anyOf: Warden can meet %d of its signatures, fewer than minimumMatches %d (%s): %s",
+			met, cfg.AnyOf.MinimumMatches, strings.Join(problems, "; "), keyBasedSigning)
+	}
+	return problems, nil
+}
+
+// verifier returns the Verifier of o (see verificationConfig); nil when it
+// asks for no verification.
+func (a *app) verifier(o VerificationOptions) (*verify.Verifier, error) {
+	cfg, err := a.verificationConfig(o)
 	if err != nil || cfg == nil {
 		return nil, err
 	}
@@ -119,15 +219,10 @@ func (o *VerifyOptions) AddFlags(cmd *cobra.Command) {
 	o.Remote.Verification.AddFlags(cmd)
 }
 
-// Validate checks the flags.
+// Validate checks the flags. Without any, verify needs the default
+// verification config, which the command looks for.
 func (o *VerifyOptions) Validate() error {
-	if err := o.Remote.Verification.Validate(); err != nil {
-		return err
-	}
-	if !o.Remote.Verification.enabled() {
-		return &usageError{errors.New("nothing to verify against: give -k/--verification-key or --verification-config-path")}
-	}
-	return nil
+	return o.Remote.Verification.Validate()
 }
 
 func (a *app) verifyCommand() *cobra.Command {
@@ -138,15 +233,19 @@ func (a *app) verifyCommand() *cobra.Command {
 		Long: "Check, without pulling it, that a policy in an OCI registry (registry://host/repo:tag or " +
 			"@sha256:..., or host/repo:tag) carries the cosign signatures the verification flags require: " +
 			"one by each -k public key, each with every -a annotation, or those of a verification.yml " +
-			"(--verification-config-path). Exits 1 when it does not.",
+			"(--verification-config-path; without any of these flags, ~/.config/kubewarden/verification-config.yml). " +
+			"Exits 1 when it does not.",
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			v, err := o.Remote.Verification.verifier()
+			v, err := a.verifier(o.Remote.Verification)
 			if err != nil {
 				return err
+			}
+			if v == nil {
+				return &usageError{fmt.Errorf("nothing to verify against: give -k/--verification-key or --verification-config-path, or write a verification config to %s (wardenctl scaffold verification-config)", a.defaultVerificationConfig())}
 			}
 			remote := o.Remote
 			remote.Verification = VerificationOptions{} // Verify checks; the fetcher only reads

@@ -4,6 +4,7 @@ import (
 	"crypto/elliptic"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 
+	"github.com/wardenhq/warden/internal/verify"
 	"github.com/wardenhq/warden/internal/verify/verifytest"
 )
 
@@ -214,6 +216,200 @@ func TestSignVerify(t *testing.T) {
 			}
 			if strings.Join(got, "\n") != strings.Join(tc.stored, "\n") {
 				t.Errorf("store holds %q, want %q\n%s", got, tc.stored, r)
+			}
+		})
+	}
+}
+
+// pubKeyConfig is a verification.yml requiring a signature by the public
+// key in the file at keyPath.
+func pubKeyConfig(t testing.TB, keyPath string) string {
+	t.Helper()
+	b, err := os.ReadFile(keyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "apiVersion: v1\nallOf:\n  - kind: pubKey\n    key: |\n      " +
+		strings.ReplaceAll(strings.TrimSpace(string(b)), "\n", "\n      ") + "\n"
+}
+
+// kwctlDefaultConfig is what kwctl scaffold verification-config prints:
+// keyless signatures of the kubewarden organization's GitHub Actions.
+const kwctlDefaultConfig = "apiVersion: v1\nallOf:\n  - kind: githubAction\n    owner: kubewarden\n"
+
+// TestDefaultVerificationConfig checks that pull, run and verify read
+// ~/.config/kubewarden/verification-config.yml when no verification flag is
+// given, as kwctl does, and that flags and other commands ignore it.
+func TestDefaultVerificationConfig(t *testing.T) {
+	fx := startVerifyFixture(t)
+	src := []string{"--sources-path", fx.sources}
+	newVerifyEnv(t).mustRun(append(append([]string{"sign"}, src...), "--key", fx.cosignKey, fx.signed)...)
+	good := pubKeyConfig(t, fx.publicKey)
+	other := pubKeyConfig(t, fx.otherPublic)
+	goodPath := write(t, t.TempDir(), "good.yml", good)
+	request := requestFile(t, `{"app": "web"}`, false)
+	const usingDefault = "using the default verification config"
+
+	tests := []struct {
+		name       string
+		defaultCfg string // content of the default config; "" for none
+		xdg        bool   // under $XDG_CONFIG_HOME rather than ~/.config
+		args       []string
+		code       int
+		stdout     string // regexp
+		wantErr    string
+		logsUse    bool // stderr says the default config is used
+	}{
+		{name: "pull signed", defaultCfg: good, args: []string{"pull", fx.signed}, stdout: ` pulled to `, logsUse: true},
+		{name: "pull unsigned", defaultCfg: good, args: []string{"pull", fx.unsigned}, code: 1, wantErr: "the module is not signed", logsUse: true},
+		{name: "pull other key", defaultCfg: other, args: []string{"pull", fx.signed}, code: 1, wantErr: "signature verification failed", logsUse: true},
+		{name: "XDG_CONFIG_HOME", defaultCfg: good, xdg: true, args: []string{"pull", fx.unsigned}, code: 1, wantErr: "the module is not signed", logsUse: true},
+		{name: "no default", args: []string{"pull", fx.unsigned}, stdout: ` pulled to `},
+		{name: "-k wins", defaultCfg: other, args: []string{"pull", "-k", fx.publicKey, fx.signed}, stdout: ` pulled to `},
+		{name: "--verification-config-path wins", defaultCfg: other, args: []string{"pull", "--verification-config-path", goodPath, fx.signed}, stdout: ` pulled to `},
+		{name: "verify without flags", defaultCfg: good, args: []string{"verify", fx.signed}, stdout: ` verified: manifest `, logsUse: true},
+		{name: "verify without flags, other key", defaultCfg: other, args: []string{"verify", fx.signed}, code: 1, wantErr: "signature verification failed", logsUse: true},
+		{name: "run signed", defaultCfg: good, args: []string{"run", "-r", request, fx.signed}, stdout: `"allowed":true`, logsUse: true},
+		{name: "run local file", defaultCfg: good, args: []string{"run", "-r", request, policy(t, "labels")}, code: 1, wantErr: "only registry:// modules carry signatures", logsUse: true},
+		{name: "inspect does not verify", defaultCfg: other, args: []string{"inspect", fx.signed}, stdout: `(?i)title`},
+		{name: "kwctl's default is refused", defaultCfg: kwctlDefaultConfig, args: []string{"pull", fx.signed}, code: 1,
+			wantErr: "the default verification config %s: allOf[0] requires a keyless signature (kind githubAction), which Warden does not support", logsUse: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newVerifyEnv(t)
+			dir := filepath.Join(e.home, ".config")
+			if tc.xdg {
+				dir = filepath.Join(e.home, "xdg")
+				e.env["XDG_CONFIG_HOME"] = dir
+			}
+			path := filepath.Join(dir, "kubewarden", "verification-config.yml")
+			if tc.defaultCfg != "" {
+				write(t, dir, "kubewarden/verification-config.yml", tc.defaultCfg)
+			}
+			r := e.run(append(append([]string{tc.args[0]}, src...), tc.args[1:]...)...)
+			if r.code != tc.code {
+				t.Fatalf("exit code %d, want %d\n%s", r.code, tc.code, r)
+			}
+			if tc.code != 0 {
+				want := tc.wantErr
+				if strings.Contains(want, "%s") {
+					want = fmt.Sprintf(want, path)
+				}
+				checkError(t, r, want)
+			} else if !regexp.MustCompile(tc.stdout).MatchString(r.stdout) {
+				t.Errorf("stdout does not match %q\n%s", tc.stdout, r)
+			}
+			if got := strings.Contains(r.stderr, usingDefault) && strings.Contains(r.stderr, path); got != tc.logsUse {
+				t.Errorf("stderr says it uses the default config: %v, want %v\n%s", got, tc.logsUse, r)
+			}
+			if tc.code != 0 && tc.args[0] == "pull" && len(storedFiles(t, e)) != 0 {
+				t.Errorf("a refused policy was stored: %q", storedFiles(t, e))
+			}
+		})
+	}
+}
+
+// TestVerificationConfigKeyless checks that a config requiring signatures
+// Warden cannot verify is refused when it is read, before any download
+// (the registry of the policy does not exist), naming the kind and pointing
+// to key-based signing; keyless alternatives in anyOf are only warned about.
+func TestVerificationConfigKeyless(t *testing.T) {
+	// The configs are written in JSON, which is YAML too.
+	pubKey := fmt.Sprintf(`{"kind": "pubKey", "key": %q}`, verifytest.NewKey(t).PublicPEM)
+	const (
+		githubAction  = `{"kind": "githubAction", "owner": "kubewarden"}`
+		genericIssuer = `{"kind": "genericIssuer", "issuer": "https://token.actions.githubusercontent.com", "subject": {"equal": "alice@example.com"}}`
+		advice        = "sign policies with a key (cosign sign --key, or wardenctl sign --key) and require them with kind pubKey"
+		nowhere       = "registry://127.0.0.1:1/policies/labels:v1"
+	)
+	allOf := func(sigs ...string) string {
+		return `{"apiVersion": "v1", "allOf": [` + strings.Join(sigs, ", ") + `]}`
+	}
+	anyOf := func(min int, sigs ...string) string {
+		return fmt.Sprintf(`{"apiVersion": "v1", "anyOf": {"minimumMatches": %d, "signatures": [%s]}}`, min, strings.Join(sigs, ", "))
+	}
+	tests := []struct {
+		name    string
+		config  string
+		cmd     string
+		wantErr []string // substrings of the error line; nil: no keyless error
+		warns   string   // in stderr
+	}{
+		{name: "githubAction", config: kwctlDefaultConfig, cmd: "pull",
+			wantErr: []string{"allOf[0] requires a keyless signature (kind githubAction), which Warden does not support", advice}},
+		{name: "genericIssuer", config: allOf(genericIssuer), cmd: "verify",
+			wantErr: []string{"allOf[0] requires a keyless signature (kind genericIssuer)", advice}},
+		{name: "keyless after a key", config: allOf(pubKey, githubAction), cmd: "run",
+			wantErr: []string{"allOf[1] requires a keyless signature (kind githubAction)"}},
+		{name: "anyOf of keyless only", config: anyOf(1, githubAction, genericIssuer), cmd: "pull",
+			wantErr: []string{"anyOf: Warden can meet 0 of its signatures, fewer than minimumMatches 1 (anyOf.signatures[0] requires a keyless signature (kind githubAction)", "anyOf.signatures[1] requires a keyless signature (kind genericIssuer)", advice}},
+		{name: "anyOf short of keys", config: anyOf(2, pubKey, githubAction), cmd: "pull",
+			wantErr: []string{"anyOf: Warden can meet 1 of its signatures, fewer than minimumMatches 2"}},
+		{name: "anyOf with enough keys", config: anyOf(1, pubKey, githubAction), cmd: "pull",
+			warns: "anyOf.signatures[1] requires a keyless signature (kind githubAction)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			cfg := write(t, t.TempDir(), "verification.yml", tc.config)
+			args := []string{tc.cmd, "--verification-config-path", cfg}
+			if tc.cmd == "run" {
+				args = append(args, "-r", requestFile(t, `{"app": "web"}`, false))
+			}
+			r := e.run(append(args, nowhere)...)
+			if r.code != 1 {
+				t.Fatalf("exit code %d, want 1\n%s", r.code, r)
+			}
+			if tc.wantErr == nil {
+				checkError(t, r, "127.0.0.1:1") // accepted: the download fails
+			}
+			for _, want := range tc.wantErr {
+				checkError(t, r, "verification config "+cfg+": ")
+				checkError(t, r, want)
+			}
+			if tc.warns != "" && !strings.Contains(r.stderr, tc.warns) {
+				t.Errorf("stderr does not warn %q\n%s", tc.warns, r)
+			}
+		})
+	}
+}
+
+func TestCheckOffline(t *testing.T) {
+	key := verify.Signature{Kind: verify.KindPubKey}
+	cert := verify.Signature{Kind: verify.KindCertificate}
+	rekor := verify.Signature{Kind: verify.KindCertificate, RequireRekorBundle: true}
+	gha := verify.Signature{Kind: verify.KindGitHubAction, Owner: "kubewarden"}
+	tests := []struct {
+		name    string
+		cfg     verify.Config
+		ignored []string
+		wantErr string
+	}{
+		{name: "keys", cfg: verify.Config{AllOf: []verify.Signature{key, cert}}},
+		{name: "rekor bundle", cfg: verify.Config{AllOf: []verify.Signature{key, rekor}},
+			wantErr: "allOf[1] requires a Rekor bundle (kind certificate, requireRekorBundle: true), which Warden does not support"},
+		{name: "anyOf met without keyless", cfg: verify.Config{AnyOf: &verify.AnyOf{MinimumMatches: 1, Signatures: []verify.Signature{gha, key}}},
+			ignored: []string{"anyOf.signatures[0] requires a keyless signature (kind githubAction), which Warden does not support: keyless signatures need Sigstore's Fulcio and Rekor, and Warden verifies offline"}},
+		{name: "anyOf minimumMatches 0", cfg: verify.Config{AllOf: []verify.Signature{key}, AnyOf: &verify.AnyOf{Signatures: []verify.Signature{gha}}},
+			ignored: []string{"anyOf.signatures[0] requires a keyless signature (kind githubAction), which Warden does not support: keyless signatures need Sigstore's Fulcio and Rekor, and Warden verifies offline"}},
+		{name: "anyOf not met", cfg: verify.Config{AnyOf: &verify.AnyOf{MinimumMatches: 2, Signatures: []verify.Signature{rekor, key}}},
+			wantErr: "anyOf: Warden can meet 1 of its signatures, fewer than minimumMatches 2 (anyOf.signatures[0] requires a Rekor bundle"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ignored, err := checkOffline(&tc.cfg)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(ignored, "\n") != strings.Join(tc.ignored, "\n") {
+				t.Errorf("ignored %q, want %q", ignored, tc.ignored)
 			}
 		})
 	}
