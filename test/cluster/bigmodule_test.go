@@ -37,14 +37,8 @@ func TestBigModuleSwitch(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		t.Run(fmt.Sprintf("shared cache %v", shared), func(t *testing.T) {
 			ctx := t.Context()
-			cl := startCluster(t)
+			cl, runner := startLifecycle(t, nil)
 			c := cl.Client
-			mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
-			port := freePort(t)
-			opts := controllerOptions(t)
-			opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
-			startController(t, cl, opts)
-			runner := startPolicyServers(t, cl, port, "default")
 			ps := &policiesv1.PolicyServer{
 				ObjectMeta: metav1.ObjectMeta{Name: "default"},
 				Spec:       policiesv1.PolicyServerSpec{Image: "ghcr.io/wardenhq/warden-policy-server:test", Replicas: 2},

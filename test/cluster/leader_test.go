@@ -3,7 +3,6 @@
 package cluster_test
 
 import (
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,14 +37,8 @@ func TestLeaderKilledMidInitialisation(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(gate.open) // before srv.Close, which waits for the handlers
 
-	cl := startCluster(t)
+	cl, runner := startLifecycle(t, nil)
 	c := cl.Client
-	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
-	port := freePort(t)
-	opts := controllerOptions(t)
-	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
-	startController(t, cl, opts)
-	runner := startPolicyServers(t, cl, port, "default")
 	host := srv.Listener.Addr().String() // 127.0.0.1:<port>, as sources.yml names it
 	mustCreate(t, c, &policiesv1.PolicyServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "default"},

@@ -24,6 +24,7 @@ import (
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 	"github.com/wardenhq/warden/internal/clustertest"
+	"github.com/wardenhq/warden/internal/controller"
 )
 
 // startPolicyServers runs the replicas of the PolicyServer called name as
@@ -47,6 +48,24 @@ func startPolicyServers(t *testing.T, cl *clustertest.Cluster, port int, name st
 	return runner
 }
 
+// startLifecycle starts a cluster with the deployments namespace, the
+// controller (its options changed by configure, when not nil) calling the
+// policy servers through a round-robin proxy, and the runner of the
+// replicas of PolicyServer "default", which the test creates.
+func startLifecycle(t *testing.T, configure func(*controller.Options)) (*clustertest.Cluster, *podRunner) {
+	t.Helper()
+	cl := startCluster(t)
+	mustCreate(t, cl.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
+	port := freePort(t)
+	opts := controllerOptions(t)
+	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	if configure != nil {
+		configure(&opts)
+	}
+	startController(t, cl, opts)
+	return cl, startPolicyServers(t, cl, port, "default")
+}
+
 // celLabelPolicy is a CEL policy rejecting pods labelled "blocked" with
 // message.
 func celLabelSettings(message string) runtime.RawExtension {
@@ -63,15 +82,8 @@ func celLabelSettings(message string) runtime.RawExtension {
 // restarts on the way.
 func TestPolicyLifecycle(t *testing.T) {
 	ctx := t.Context()
-	cl := startCluster(t)
+	cl, runner := startLifecycle(t, func(o *controller.Options) { o.RevisionHistoryLimit = 2 })
 	c := cl.Client
-	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
-	port := freePort(t)
-	opts := controllerOptions(t)
-	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
-	opts.RevisionHistoryLimit = 2
-	startController(t, cl, opts)
-	runner := startPolicyServers(t, cl, port, "default")
 	mustCreate(t, c, &policiesv1.PolicyServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "default"},
 		Spec:       policiesv1.PolicyServerSpec{Image: "ghcr.io/wardenhq/warden-policy-server:test", Replicas: 2},

@@ -4,7 +4,6 @@ package cluster_test
 
 import (
 	"bytes"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -32,14 +31,8 @@ import (
 // deleted policy's module is removed.
 func TestSharedPolicyCache(t *testing.T) {
 	ctx := t.Context()
-	cl := startCluster(t)
+	cl, runner := startLifecycle(t, nil)
 	c := cl.Client
-	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
-	port := freePort(t)
-	opts := controllerOptions(t)
-	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
-	startController(t, cl, opts)
-	runner := startPolicyServers(t, cl, port, "default")
 	mustCreate(t, c, &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: wardenNamespace, Name: "compiled-policies"},
 		Spec: corev1.PersistentVolumeClaimSpec{
