@@ -67,6 +67,16 @@ func wazeroCacheSubdir() string {
 	return "wazero-" + version + "-" + runtime.GOARCH + "-" + runtime.GOOS
 }
 
+// wazeroDirs returns the directories of wazero's cache files: the one this
+// build's wazero uses, or, when it is not there, every wazero-* one.
+func (r *Runtime) wazeroDirs() []string {
+	dirs := []string{filepath.Join(r.cacheDir, wazeroCacheSubdir())}
+	if _, err := os.Stat(dirs[0]); err != nil {
+		dirs, _ = filepath.Glob(filepath.Join(r.cacheDir, "wazero-*"))
+	}
+	return dirs
+}
+
 // probeWrite creates and removes a file in dir.
 func probeWrite(dir string) error {
 	f, err := os.CreateTemp(dir, "probe-*.tmp")
@@ -110,11 +120,7 @@ func (r *Runtime) isCacheReadError(err error) bool {
 // where wazero writes. The caller holds codeMu, so that no compilation of
 // this runtime reads or writes them meanwhile.
 func (r *Runtime) emptyCache(ctx context.Context) {
-	dirs := []string{filepath.Join(r.cacheDir, wazeroCacheSubdir())}
-	if _, err := os.Stat(dirs[0]); err != nil {
-		dirs, _ = filepath.Glob(filepath.Join(r.cacheDir, "wazero-*"))
-	}
-	for _, d := range dirs {
+	for _, d := range r.wazeroDirs() {
 		entries, err := os.ReadDir(d)
 		if err != nil {
 			continue // not a directory

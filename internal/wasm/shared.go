@@ -106,15 +106,11 @@ func (r *Runtime) rememberNames(digest string, names []string) {
 // adds one meanwhile.
 func (r *Runtime) cacheFiles() map[string]bool {
 	files := map[string]bool{}
-	dirs, _ := os.ReadDir(r.cacheDir)
-	for _, d := range dirs {
-		if !d.IsDir() || !strings.HasPrefix(d.Name(), "wazero-") {
-			continue
-		}
-		entries, _ := os.ReadDir(filepath.Join(r.cacheDir, d.Name()))
+	for _, d := range r.wazeroDirs() {
+		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
 			if e.Type().IsRegular() && !strings.HasSuffix(e.Name(), ".tmp") {
-				files[d.Name()+"/"+e.Name()] = true
+				files[filepath.Base(d)+"/"+e.Name()] = true
 			}
 		}
 	}
