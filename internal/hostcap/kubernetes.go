@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,6 +81,8 @@ type KubernetesOptions struct {
 	// Store, when set, keeps the objects of the kinds listed (RFC 004),
 	// and lists are answered from it.
 	Store *reflector.Store
+	// Reflectors tune the reflectors that fill Store.
+	Reflectors reflector.Options
 	// Logger receives the reflectors' news; nil discards it.
 	Logger *slog.Logger
 }
@@ -93,9 +96,11 @@ type KubernetesOptions struct {
 //
 // With a Store, lists are answered from reflectors: a copy of each kind's
 // objects, kept in the SQLite store of RFC 004 by a list-and-watch of the
-// API server (internal/reflector), with selectors evaluated on the copies.
-// Reflect starts a kind's reflector ahead of its first list, which would
-// otherwise start it. Without a Store, lists are direct calls to the API
+// API server (internal/reflector), with selectors evaluated on the copies;
+// an answer is assembled from the objects' stored JSON and kept until the
+// kind changes (listCache). get_resource of a kind with a reflector reads
+// it too, unless disable_cache. Reflect starts a kind's reflector ahead of
+// its first list, which would otherwise start it. Without a Store, lists are direct calls to the API
 // server. Either way the items lose their managedFields and
 // last-applied-configuration annotation, as a Kubewarden reflector's do.
 // get_resource and can_i answers are cached 5 s unless the request sets
@@ -115,6 +120,10 @@ type Kubernetes struct {
 	lastReset time.Time
 
 	reflectors *reflector.Reflectors // nil: no store
+	lists      *listCache            // of the answers read from reflectors
+
+	pendingMu sync.Mutex
+	pending   map[schema.GroupVersionKind]bool // kinds Reflect could not resolve
 }
 
 // Kubewarden's cache time of get_resource and can_i.
@@ -161,10 +170,14 @@ func NewKubernetes(cfg *rest.Config, opts KubernetesOptions) (*Kubernetes, error
 	}
 	var refl *reflector.Reflectors
 	if opts.Store != nil {
-		refl = reflector.New(opts.Store, dyn, opts.Logger)
+		if refl, err = reflector.New(opts.Store, cfg, opts.Logger, opts.Reflectors); err != nil {
+			return nil, err
+		}
 	}
 	return &Kubernetes{
 		reflectors: refl,
+		lists:      newListCache(maxListCacheBytes),
+		pending:    map[schema.GroupVersionKind]bool{},
 		dynamic:    dyn,
 		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
 		sar:        authz.SubjectAccessReviews(),
@@ -177,11 +190,21 @@ func NewKubernetes(cfg *rest.Config, opts KubernetesOptions) (*Kubernetes, error
 // kept already: lists of the kind are then answered from the copy. It
 // resolves the kind (discovery) and returns; the copy fills in the
 // background, and lists wait for it. Without a Store it does nothing.
+//
+// A kind that cannot be resolved because discovery failed (the API server
+// cannot be reached) is resolved again by ReflectorsSettled, which is not
+// true before; a kind the API server does not serve is not.
 func (k *Kubernetes) Reflect(apiVersion, kind string) error {
 	if k.reflectors == nil {
 		return nil
 	}
 	m, err := k.mapping(apiVersion, kind)
+	var unknown *unknownKindError
+	if err != nil && !errors.As(err, &unknown) {
+		k.pendingMu.Lock()
+		k.pending[schema.FromAPIVersionAndKind(apiVersion, kind)] = true
+		k.pendingMu.Unlock()
+	}
 	if err != nil {
 		return err
 	}
@@ -209,6 +232,27 @@ func (k *Kubernetes) ListsChangedSince(apiVersion, kind string, since time.Time)
 	default:
 		return false, false
 	}
+}
+
+// ReflectorsSettled reports whether every reflector started has listed
+// its objects, or cannot (reflector.Reflectors.Settled). Without a Store
+// it is true.
+func (k *Kubernetes) ReflectorsSettled() bool {
+	if k.reflectors == nil {
+		return true
+	}
+	k.pendingMu.Lock()
+	pending := maps.Clone(k.pending)
+	clear(k.pending)
+	k.pendingMu.Unlock()
+	settled := true
+	for gvk := range pending {
+		apiVersion, kind := gvk.ToAPIVersionAndKind()
+		if k.Reflect(apiVersion, kind) != nil {
+			settled = false
+		}
+	}
+	return settled && k.reflectors.Settled()
 }
 
 // Close stops the reflectors.
@@ -256,11 +300,18 @@ func (k *Kubernetes) mapping(apiVersion, kind string) (*meta.RESTMapping, error)
 	}
 	switch {
 	case meta.IsNoMatchError(err):
-		return nil, fmt.Errorf("Cannot find resource %s/%s", apiVersion, kind)
+		return nil, &unknownKindError{apiVersion: apiVersion, kind: kind}
 	case err != nil:
 		return nil, fmt.Errorf("error finding resource %s / %s: %w", apiVersion, kind, err)
 	}
 	return m, nil
+}
+
+// unknownKindError is the error of a kind the API server does not serve.
+type unknownKindError struct{ apiVersion, kind string }
+
+func (e *unknownKindError) Error() string {
+	return fmt.Sprintf("Cannot find resource %s/%s", e.apiVersion, e.kind)
 }
 
 // mayRediscover reports whether discovery may be refreshed now.
@@ -295,8 +346,6 @@ func (k *Kubernetes) list(ctx context.Context, apiVersion, kind string, namespac
 		}
 		ri = k.dynamic.Resource(m.Resource).Namespace(*namespace)
 	}
-	out := kubeList{APIVersion: apiVersion, Kind: kind + "List", Items: []any{}}
-	mask := newMask(masks)
 	if k.reflectors != nil {
 		// A kind Reflect did not start (discovery failed at boot) gets its
 		// reflector now, as Kubewarden starts its reflectors on first use.
@@ -307,15 +356,11 @@ func (k *Kubernetes) list(ctx context.Context, apiVersion, kind string, namespac
 		if err != nil {
 			return nil, err
 		}
-		objects, err := t.List(ctx, namespace)
-		if err != nil {
-			return nil, err
-		}
-		if out.Items, err = selectObjects(objects, labelSelector, fieldSelector, mask); err != nil {
-			return nil, err
-		}
-		return json.Marshal(out)
+		return k.lists.answer(ctx, t, listQuery{apiVersion: apiVersion, kind: kind, namespace: namespace,
+			labelSelector: labelSelector, fieldSelector: fieldSelector, masks: masks})
 	}
+	out := kubeList{APIVersion: apiVersion, Kind: kind + "List", Items: []any{}}
+	mask := newMask(masks)
 	opts := metav1.ListOptions{Limit: listPageSize}
 	if labelSelector != nil {
 		opts.LabelSelector = *labelSelector
@@ -345,11 +390,12 @@ func (k *Kubernetes) list(ctx context.Context, apiVersion, kind string, namespac
 // apply to a copy of the cached object.
 func (k *Kubernetes) get(ctx context.Context, r KubernetesGetResource) ([]byte, error) {
 	fetch := func() ([]byte, error) { return k.getUncached(ctx, r.APIVersion, r.Kind, r.Name, r.Namespace) }
-	var raw []byte
-	var err error
-	if r.DisableCache {
+	raw, reflected, err := k.getReflected(ctx, r)
+	switch {
+	case reflected:
+	case r.DisableCache:
 		raw, err = fetch()
-	} else {
+	default:
 		key := fmt.Sprintf("%s,%s,%s,%s", r.APIVersion, r.Kind, r.Name, rustOption(r.Namespace))
 		raw, err = k.gets.get(key, fetch)
 	}
@@ -362,6 +408,41 @@ func (k *Kubernetes) get(ctx context.Context, r KubernetesGetResource) ([]byte, 
 	}
 	newMask(r.FieldMasks).prune(obj)
 	return json.Marshal(obj)
+}
+
+// getReflected answers get_resource from the reflector of the kind, when
+// one holds a full list and the request does not disable caches; reflected
+// is false otherwise. Its answer is the object as the reflector keeps it,
+// without managedFields and the last-applied-configuration annotation.
+func (k *Kubernetes) getReflected(ctx context.Context, r KubernetesGetResource) (raw []byte, reflected bool, err error) {
+	if k.reflectors == nil || r.DisableCache {
+		return nil, false, nil
+	}
+	m, err := k.mapping(r.APIVersion, r.Kind)
+	if err != nil {
+		return nil, false, nil // getUncached answers the error
+	}
+	t := k.reflectors.Table(m.Resource)
+	if t == nil {
+		return nil, false, nil
+	}
+	select {
+	case <-t.Synced():
+	default:
+		return nil, false, nil
+	}
+	namespace := ""
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		if r.Namespace == nil {
+			return nil, true, fmt.Errorf("Resource %s/%s is namespaced, but no namespace was provided", r.APIVersion, r.Kind)
+		}
+		namespace = *r.Namespace
+	}
+	raw, err = t.Get(ctx, namespace, r.Name)
+	if err == nil && raw == nil {
+		err = fmt.Errorf("Cannot find %s/%s named '%s' inside of namespace '%s'", r.APIVersion, r.Kind, r.Name, rustOption(r.Namespace))
+	}
+	return raw, true, err
 }
 
 func (k *Kubernetes) getUncached(ctx context.Context, apiVersion, kind, name string, namespace *string) ([]byte, error) {

@@ -13,8 +13,9 @@ import (
 // match, and applies the field masks, as the API server would answer a
 // list. A field selector is evaluated on the fields it names, by path, so
 // any field works where the API server knows a few per kind (and refuses
-// the others).
-func selectObjects(objects []json.RawMessage, labelSelector, fieldSelector *string, m mask) ([]any, error) {
+// the others). Without masks the objects picked are returned as they are;
+// only an object a mask prunes is written again.
+func selectObjects(objects []json.RawMessage, labelSelector, fieldSelector *string, m mask) ([]json.RawMessage, error) {
 	ls, fs := labels.Everything(), fields.Everything()
 	var err error
 	if labelSelector != nil {
@@ -27,12 +28,11 @@ func selectObjects(objects []json.RawMessage, labelSelector, fieldSelector *stri
 			return nil, fmt.Errorf("invalid field selector %q: %w", *fieldSelector, err)
 		}
 	}
-	items := make([]any, 0, len(objects))
+	if ls.Empty() && fs.Empty() && len(m) == 0 {
+		return objects, nil
+	}
+	items := make([]json.RawMessage, 0, len(objects))
 	for _, raw := range objects {
-		if ls.Empty() && fs.Empty() && len(m) == 0 {
-			items = append(items, raw)
-			continue
-		}
 		var obj map[string]any
 		if err := json.Unmarshal(raw, &obj); err != nil {
 			return nil, fmt.Errorf("reading a reflected object: %w", err)
@@ -40,8 +40,16 @@ func selectObjects(objects []json.RawMessage, labelSelector, fieldSelector *stri
 		if !ls.Matches(objectLabels(obj)) || !fs.Matches(objectFields(obj, fs)) {
 			continue
 		}
+		if len(m) == 0 {
+			items = append(items, raw)
+			continue
+		}
 		m.prune(obj)
-		items = append(items, obj)
+		pruned, err := json.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, pruned)
 	}
 	return items, nil
 }

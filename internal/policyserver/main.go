@@ -67,6 +67,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	if kube != nil {
 		defer kube.close()
 		opts.Reflect = kube.Reflect
+		opts.ReflectorsSettled = kube.ReflectorsSettled
 		opts.Kube = kube.config // cluster mode reads its revisions there
 	}
 	srv, err := New(ctx, opts, logger)
@@ -113,7 +114,7 @@ func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) 
 	cfg, err := hostcap.LoadKubeConfig(getenv)
 	if err == nil {
 		cfg.UserAgent = "warden-policy-server/" + buildinfo.String()
-		reflected, err = newReflectedKubernetes(cfg, logger)
+		reflected, err = newReflectedKubernetes(cfg, opts.ReflectorDBPath, logger)
 		if reflected != nil {
 			kube = reflected.Kubernetes
 		}
@@ -132,38 +133,43 @@ func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) 
 }
 
 // reflectedKubernetes is the Kubernetes of the host capabilities with its
-// reflector store (RFC 004): a SQLite database in a directory of its own,
-// removed when the server stops. The store is a cache, rebuilt from the API
-// server at every start.
+// reflector store (RFC 004): a SQLite database at --reflector-db-path, or
+// in a directory of its own removed when the server stops. The store is a
+// cache, rebuilt from the API server at every start.
 type reflectedKubernetes struct {
 	*hostcap.Kubernetes
 	config *rest.Config // of the API server it reads
 	store  *reflector.Store
-	dir    string
+	tmpDir string // removed at close; "" for --reflector-db-path
 }
 
-func newReflectedKubernetes(cfg *rest.Config, logger *slog.Logger) (*reflectedKubernetes, error) {
-	dir, err := os.MkdirTemp("", "warden-reflectors-")
-	if err != nil {
-		return nil, fmt.Errorf("creating the reflector store: %w", err)
+func newReflectedKubernetes(cfg *rest.Config, dbPath string, logger *slog.Logger) (*reflectedKubernetes, error) {
+	tmpDir := ""
+	if dbPath == "" {
+		dir, err := os.MkdirTemp("", "warden-reflectors-")
+		if err != nil {
+			return nil, fmt.Errorf("creating the reflector store: %w", err)
+		}
+		tmpDir, dbPath = dir, filepath.Join(dir, "reflectors.db")
 	}
-	store, err := reflector.Open(filepath.Join(dir, "reflectors.db"))
+	store, err := reflector.Open(dbPath)
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(tmpDir) // "" removes nothing
 		return nil, err
 	}
 	kube, err := hostcap.NewKubernetes(cfg, hostcap.KubernetesOptions{Store: store, Logger: logger})
 	if err != nil {
 		store.Close()
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(tmpDir) // "" removes nothing
 		return nil, err
 	}
-	return &reflectedKubernetes{Kubernetes: kube, config: cfg, store: store, dir: dir}, nil
+	logger.Info("reflector store", observability.KeyPath, dbPath)
+	return &reflectedKubernetes{Kubernetes: kube, config: cfg, store: store, tmpDir: tmpDir}, nil
 }
 
 // close stops the reflectors and removes the store.
 func (k *reflectedKubernetes) close() {
 	k.Kubernetes.Close()
 	_ = k.store.Close()
-	_ = os.RemoveAll(k.dir)
+	_ = os.RemoveAll(k.tmpDir)
 }

@@ -90,6 +90,14 @@ type Options struct {
 	// policies may read, to start keeping a copy of its objects (RFC 004);
 	// an error is logged, and the kind's first list tries again.
 	Reflect func(apiVersion, kind string) error
+	// ReflectorsSettled, when set, tells whether the copies Reflect started
+	// hold their first full list (or cannot be listed at all): the server
+	// is not ready before it first does, as a request reading a kind not
+	// listed yet would wait for it.
+	ReflectorsSettled func() bool
+	// ReflectorDBPath is the SQLite database of the copies (RFC 004); empty
+	// means a file in a temporary directory, removed at exit.
+	ReflectorDBPath string
 }
 
 // inFlightBodyBytes is the budget of request bodies held at once
@@ -174,6 +182,7 @@ var flagEnv = map[string]string{
 	"cache-signing-cert":                   "WARDEN_CACHE_SIGNING_CERT_FILE",
 	"cache-signing-key":                    "WARDEN_CACHE_SIGNING_KEY_FILE",
 	"cache-ca-file":                        "WARDEN_CACHE_CA_FILE",
+	"reflector-db-path":                    "WARDEN_REFLECTOR_DB_PATH",
 }
 
 // AddFlags registers the options on fs.
@@ -219,6 +228,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CacheSigningCert, "cache-signing-cert", o.CacheSigningCert, "Code-signing certificate the shared cache's blobs are signed with")
 	fs.StringVar(&o.CacheSigningKey, "cache-signing-key", o.CacheSigningKey, "Private key of --cache-signing-cert")
 	fs.StringVar(&o.CacheCAFile, "cache-ca-file", o.CacheCAFile, "CA certificates the signatures of the shared cache's blobs must chain to")
+	fs.StringVar(&o.ReflectorDBPath, "reflector-db-path", o.ReflectorDBPath, "SQLite database keeping the Kubernetes objects context-aware policies read (RFC 004), emptied at start and kept at exit (default: a file in a temporary directory, removed at exit)")
 	fs.BoolVar(&o.NativeCELPolicy, "native-cel-policy", o.NativeCELPolicy, "Run Kubewarden's published cel-policy module natively, with the same answers; false runs its wasm (as --verification-path does, so that the module is verified)")
 }
 

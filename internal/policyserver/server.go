@@ -62,6 +62,7 @@ type Server struct {
 
 	main, readiness, metricsLn net.Listener
 	ready                      atomic.Bool
+	settled                    atomic.Bool // see reflectorsSettled
 }
 
 // SetGOMAXPROCS gives the process 2*workers+1 Ps (never fewer than it has):
@@ -76,7 +77,8 @@ func SetGOMAXPROCS(workers int) {
 }
 
 // New loads the policies and binds the listeners; Serve starts answering.
-// The server's readiness endpoint reports ready only once Serve runs.
+// The server's readiness endpoint reports ready only once Serve runs and
+// the reflectors of the kinds its policies read hold their first lists.
 func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error) {
 	tlsMinVersion, err := certwatch.ParseMinVersion(opts.TLSMinVersion)
 	if err != nil {
@@ -373,11 +375,26 @@ func refuseBodies(h http.Handler) http.Handler {
 }
 
 func (s *Server) handleReadiness(w http.ResponseWriter, _ *http.Request) {
-	if !s.ready.Load() {
+	if !s.ready.Load() || !s.reflectorsSettled() {
 		http.Error(w, "not ready", http.StatusServiceUnavailable)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+}
+
+// reflectorsSettled reports whether the reflectors of the policies' kinds
+// held their first lists when the server started (Options.ReflectorsSettled).
+// Once they have, it stays true: a reload that adds a kind must not take a
+// serving replica out of its Service while that kind is listed.
+func (s *Server) reflectorsSettled() bool {
+	if s.opts.ReflectorsSettled == nil || s.settled.Load() {
+		return true
+	}
+	if s.opts.ReflectorsSettled() {
+		s.settled.Store(true)
+		return true
+	}
+	return false
 }
 
 // Handler returns the webhook routes (compat 3.3).

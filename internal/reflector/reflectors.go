@@ -2,46 +2,107 @@ package reflector
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/wardenhq/warden/internal/observability"
 )
 
-// Reflectors keeps one reflector per resource, each a client-go Reflector
-// that lists and watches the whole cluster's objects of its resource and
-// writes them into its table of the Store. Safe for concurrent use.
+// Reflectors keeps one reflector per resource: it lists the whole
+// cluster's objects of the resource into its table of the Store, then
+// watches them and writes each change. Safe for concurrent use.
+//
+// Objects travel as the API server's JSON, one page of a list at a time:
+// nothing decodes a list whole, and an object is decoded only to be
+// trimmed (Trimmed) before it is written. The first lists run one after
+// the other (RFC 004's mitigation), so that a start with many kinds does
+// not hold many pages at once nor load the API server with many lists.
 type Reflectors struct {
-	store   *Store
-	dynamic dynamic.Interface
-	logger  *slog.Logger
+	store  *Store
+	client rest.Interface
+	logger *slog.Logger
+	opts   Options
 
 	ctx    context.Context // the reflectors' lifetime
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	lists  sync.Mutex // held by the reflector that lists
 
-	mu     sync.Mutex
-	tables map[schema.GroupVersionResource]*Table
+	mu        sync.Mutex
+	reflected map[schema.GroupVersionResource]*reflected
 }
 
-// New returns reflectors that write into store and read the API server
-// through dyn. They run until Stop.
-func New(store *Store, dyn dynamic.Interface, logger *slog.Logger) *Reflectors {
+// Options tune Reflectors.
+type Options struct {
+	// PageSize is the number of objects a list asks for at a time; 0
+	// means 500, client-go's.
+	PageSize int64
+	// OnPage, when set, is called with the objects of each page a list
+	// wrote, before the page is dropped: tests see what one page holds.
+	OnPage func(gvr schema.GroupVersionResource, objects []Object)
+}
+
+const defaultPageSize = 500
+
+// reflected is the state of one resource's reflector.
+type reflected struct {
+	table *Table
+
+	mu      sync.Mutex
+	listErr error // of the last list, nil once one succeeded
+}
+
+// New returns reflectors that write into store what they read from the API
+// server of cfg. They run until Stop.
+func New(store *Store, cfg *rest.Config, logger *slog.Logger, opts Options) (*Reflectors, error) {
+	client, err := rawClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.PageSize <= 0 {
+		opts.PageSize = defaultPageSize
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Reflectors{store: store, dynamic: dyn, logger: logger, ctx: ctx, cancel: cancel,
-		tables: map[schema.GroupVersionResource]*Table{}}
+	return &Reflectors{store: store, client: client, logger: logger, opts: opts, ctx: ctx, cancel: cancel,
+		reflected: map[schema.GroupVersionResource]*reflected{}}, nil
+}
+
+// rawClient is a REST client of the API server that hands bodies over as
+// they are; only errors (metav1.Status) are decoded.
+func rawClient(cfg *rest.Config) (rest.Interface, error) {
+	cfg = rest.CopyConfig(cfg)
+	scheme := runtime.NewScheme()
+	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
+	cfg.GroupVersion = &schema.GroupVersion{}
+	cfg.APIPath = "/"
+	cfg.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	cfg.AcceptContentTypes = "application/json"
+	cfg.ContentType = "application/json"
+	client, err := rest.UnversionedRESTClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the reflectors' Kubernetes client: %w", err)
+	}
+	return client, nil
 }
 
 // Start starts the reflector of gvr, unless it runs already. It returns at
@@ -49,34 +110,20 @@ func New(store *Store, dyn dynamic.Interface, logger *slog.Logger) *Reflectors {
 func (r *Reflectors) Start(gvr schema.GroupVersionResource) (*Table, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if t, ok := r.tables[gvr]; ok {
-		return t, nil
+	if rf, ok := r.reflected[gvr]; ok {
+		return rf.table, nil
 	}
 	if r.ctx.Err() != nil {
-		return nil, fmt.Errorf("the reflectors are stopped")
+		return nil, errors.New("the reflectors are stopped")
 	}
 	t, err := r.store.Table(r.ctx, gvr)
 	if err != nil {
 		return nil, err
 	}
-	ri := r.dynamic.Resource(gvr)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return ri.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			return ri.Watch(ctx, opts)
-		},
-	}
-	name := "reflector " + TableName(gvr)
-	ref := cache.NewReflectorWithOptions(lw, &unstructured.Unstructured{}, t, cache.ReflectorOptions{Name: name})
-	r.tables[gvr] = t
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		ref.RunWithContext(r.ctx)
-	}()
-	r.logger.Info("reflector started", observability.KeyResource, gvr.String(), observability.KeyTable, TableName(gvr))
+	rf := &reflected{table: t}
+	r.reflected[gvr] = rf
+	r.wg.Go(func() { r.run(gvr, rf) })
+	r.logger.Info("reflector started", observability.KeyResource, gvr.String(), observability.KeyTable, t.Name())
 	return t, nil
 }
 
@@ -84,11 +131,240 @@ func (r *Reflectors) Start(gvr schema.GroupVersionResource) (*Table, error) {
 func (r *Reflectors) Table(gvr schema.GroupVersionResource) *Table {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.tables[gvr]
+	if rf, ok := r.reflected[gvr]; ok {
+		return rf.table
+	}
+	return nil
+}
+
+// Settled reports whether every reflector has listed its objects, or
+// cannot: the API server refused its list (the resource is gone, or the
+// policy server may not list it). A reflector whose list failed otherwise,
+// for instance because the API server cannot be reached, is not settled.
+// The policy server is ready once its reflectors are settled: a policy
+// reading a kind that is not would have its requests wait.
+func (r *Reflectors) Settled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rf := range r.reflected {
+		select {
+		case <-rf.table.Synced():
+			continue
+		default:
+		}
+		rf.mu.Lock()
+		err := rf.listErr
+		rf.mu.Unlock()
+		if !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) {
+			return false
+		}
+	}
+	return true
 }
 
 // Stop stops every reflector and waits for them.
 func (r *Reflectors) Stop() {
 	r.cancel()
 	r.wg.Wait()
+}
+
+// errRelist ends a watch whose resource version is too old: the reflector
+// lists again.
+var errRelist = errors.New("the watch's resource version is too old")
+
+// run lists and watches gvr until the reflectors stop: a failed list is
+// tried again after a backoff; a watch that ends is started again from the
+// last resource version it saw, and a watch that cannot be (410 Gone)
+// lists again.
+func (r *Reflectors) run(gvr schema.GroupVersionResource, rf *reflected) {
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 10, Cap: 30 * time.Second}
+	retry := backoff
+	for r.ctx.Err() == nil {
+		rv, err := r.list(gvr, rf.table)
+		rf.mu.Lock()
+		rf.listErr = err
+		rf.mu.Unlock()
+		if err != nil {
+			if r.ctx.Err() == nil {
+				r.logger.Warn("reflector cannot list its objects: trying again", observability.KeyResource, gvr.String(), observability.KeyError, err)
+				r.sleep(retry.Step())
+			}
+			continue
+		}
+		retry = backoff
+		for r.ctx.Err() == nil {
+			rv, err = r.watch(gvr, rf.table, rv)
+			if errors.Is(err, errRelist) || r.ctx.Err() != nil {
+				break
+			}
+			if err != nil {
+				r.logger.Warn("reflector watch failed: watching again", observability.KeyResource, gvr.String(), observability.KeyError, err)
+				r.sleep(retry.Step())
+				continue
+			}
+			retry = backoff
+		}
+	}
+}
+
+// sleep waits d, or until the reflectors stop.
+func (r *Reflectors) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.ctx.Done():
+	}
+}
+
+// path is the URL path of gvr's objects in every namespace.
+func path(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return "/api/" + gvr.Version + "/" + gvr.Resource
+	}
+	return "/apis/" + gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+}
+
+// listPage is a page of a list, its items left as they came.
+type listPage struct {
+	metav1.TypeMeta `json:",inline"`
+	Metadata        struct {
+		ResourceVersion string `json:"resourceVersion"`
+		Continue        string `json:"continue"`
+	} `json:"metadata"`
+	Items []json.RawMessage `json:"items"`
+}
+
+// list writes a full list of gvr's objects into t, a page at a time, and
+// returns the list's resource version. A continue token that expired
+// (the API server compacted its history meanwhile) starts the list again.
+func (r *Reflectors) list(gvr schema.GroupVersionResource, t *Table) (string, error) {
+	r.lists.Lock()
+	defer r.lists.Unlock()
+	ctx := r.ctx
+	l, err := t.NewListing(ctx)
+	if err != nil {
+		return "", err
+	}
+	objects := make([]Object, 0, r.opts.PageSize)
+	cont := ""
+	for {
+		req := r.client.Get().AbsPath(path(gvr)).Param("limit", strconv.FormatInt(r.opts.PageSize, 10))
+		if cont != "" {
+			req = req.Param("continue", cont)
+		}
+		body, err := req.DoRaw(ctx)
+		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+			if l, err = t.NewListing(ctx); err != nil {
+				return "", err
+			}
+			cont = ""
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		var page listPage
+		if err := json.Unmarshal(body, &page); err != nil {
+			return "", fmt.Errorf("reading a list of %s: %w", gvr.Resource, err)
+		}
+		objects = objects[:0]
+		item := metav1.TypeMeta{APIVersion: page.APIVersion, Kind: strings.TrimSuffix(page.Kind, "List")}
+		for i, raw := range page.Items {
+			o, err := Trimmed(raw, item)
+			if err != nil {
+				return "", fmt.Errorf("a list of %s: %w", gvr.Resource, err)
+			}
+			page.Items[i] = nil
+			objects = append(objects, o)
+		}
+		if err := l.Page(ctx, objects); err != nil {
+			return "", err
+		}
+		if r.opts.OnPage != nil {
+			r.opts.OnPage(gvr, objects)
+		}
+		clear(objects)
+		if cont = page.Metadata.Continue; cont == "" {
+			if err := l.Commit(ctx); err != nil {
+				return "", err
+			}
+			return page.Metadata.ResourceVersion, nil
+		}
+	}
+}
+
+// watchEvent is an event of a watch stream, its object left as it came.
+type watchEvent struct {
+	Type   string          `json:"type"`
+	Object json.RawMessage `json:"object"`
+}
+
+// watch writes the changes to gvr's objects after resource version rv into
+// t until the watch ends, and returns the last resource version seen. It
+// returns errRelist when the API server cannot watch from rv.
+func (r *Reflectors) watch(gvr schema.GroupVersionResource, t *Table, rv string) (string, error) {
+	// As client-go's reflector: the API server ends the watch after 5 to
+	// 10 minutes, so that watches spread over the API servers.
+	timeout := 300 + rand.IntN(300)
+	stream, err := r.client.Get().AbsPath(path(gvr)).
+		Param("watch", "true").
+		Param("resourceVersion", rv).
+		Param("allowWatchBookmarks", "true").
+		Param("timeoutSeconds", strconv.Itoa(timeout)).
+		Timeout(time.Duration(timeout+30) * time.Second).
+		Stream(r.ctx)
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return rv, errRelist
+	}
+	if err != nil {
+		return rv, err
+	}
+	defer stream.Close()
+	d := json.NewDecoder(stream)
+	for {
+		var ev watchEvent
+		if err := d.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) || r.ctx.Err() != nil {
+				return rv, nil
+			}
+			return rv, fmt.Errorf("reading the watch of %s: %w", gvr.Resource, err)
+		}
+		if ev.Type == "ERROR" {
+			var status metav1.Status
+			if json.Unmarshal(ev.Object, &status) == nil && (status.Code == http.StatusGone || status.Reason == metav1.StatusReasonExpired) {
+				return rv, errRelist
+			}
+			return rv, fmt.Errorf("the watch of %s failed: %s", gvr.Resource, ev.Object)
+		}
+		var meta struct {
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(ev.Object, &meta); err != nil {
+			return rv, fmt.Errorf("reading the watch of %s: %w", gvr.Resource, err)
+		}
+		if ev.Type != "BOOKMARK" {
+			if err := r.apply(t, ev); err != nil {
+				return rv, err
+			}
+		}
+		rv = meta.Metadata.ResourceVersion
+	}
+}
+
+// apply writes one change into t.
+func (r *Reflectors) apply(t *Table, ev watchEvent) error {
+	o, err := Trimmed(ev.Object, metav1.TypeMeta{})
+	if err != nil {
+		return err
+	}
+	switch ev.Type {
+	case "ADDED", "MODIFIED":
+		return t.Put(r.ctx, o)
+	case "DELETED":
+		return t.Remove(r.ctx, o.Namespace, o.Name)
+	}
+	return fmt.Errorf("unknown watch event %q", ev.Type)
 }

@@ -15,6 +15,11 @@
 // connection; readers have a pool of their own, and the write-ahead log
 // lets them read while a reflector writes.
 //
+// A list is written page by page, each page in a transaction of its own,
+// into a table of its own that replaces the resource's table when the last
+// page is in: memory holds one page, the write-ahead log one page's
+// writes, and readers see the old list or the new one, never half of it.
+//
 // Reflectors (reflectors.go) fill the tables from list-and-watch streams of
 // the API server.
 //
@@ -23,6 +28,7 @@
 package reflector
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -32,11 +38,11 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/cache"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
 )
@@ -50,12 +56,18 @@ type Store struct {
 	tables map[string]*Table
 }
 
+// walLimit is the size the write-ahead log is cut back to when it starts
+// again after a checkpoint. A list is written a page per transaction, so
+// the log needs to hold little more than a page.
+const walLimit = 8 << 20
+
 // Open opens the database at path, creating it. The database is a cache:
 // what it holds is rebuilt from the API server, so a file left by an
 // earlier run is emptied table by table as reflectors start.
 func Open(path string) (*Store, error) {
 	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() +
-		"?_pragma=journal_mode(WAL)&_pragma=synchronous(OFF)&_pragma=busy_timeout(10000)"
+		"?_pragma=journal_mode(WAL)&_pragma=synchronous(OFF)&_pragma=busy_timeout(10000)" +
+		fmt.Sprintf("&_pragma=journal_size_limit(%d)", walLimit)
 	writer, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("opening the reflector database %s: %w", path, err)
@@ -78,6 +90,15 @@ func (s *Store) Close() error {
 	return errors.Join(s.reader.Close(), s.writer.Close())
 }
 
+// checkpoint copies what it can of the write-ahead log into the database
+// without waiting for readers (SQLite's checkpoint at a commit waits for
+// the log to reach 1,000 pages). The next write after a full checkpoint
+// starts the log again, cut back to walLimit.
+func (s *Store) checkpoint(ctx context.Context) error {
+	_, err := s.writer.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`)
+	return err
+}
+
 var notIdentifier = regexp.MustCompile(`[^A-Za-z0-9]+`)
 
 // TableName is the name of the table of a resource: v1_pods,
@@ -90,6 +111,19 @@ func TableName(gvr schema.GroupVersionResource) string {
 	return notIdentifier.ReplaceAllString(strings.Join(parts, "_"), "_")
 }
 
+// createTable (re)creates an empty table of objects named name.
+func (s *Store) createTable(ctx context.Context, name string) error {
+	for _, stmt := range []string{
+		`DROP TABLE IF EXISTS "` + name + `"`,
+		`CREATE TABLE "` + name + `" (name TEXT NOT NULL, namespace TEXT NOT NULL, object TEXT NOT NULL, PRIMARY KEY (namespace, name)) WITHOUT ROWID`,
+	} {
+		if _, err := s.writer.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("creating the table %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
 // Table returns the table of a resource, creating it empty.
 func (s *Store) Table(ctx context.Context, gvr schema.GroupVersionResource) (*Table, error) {
 	s.mu.Lock()
@@ -98,31 +132,32 @@ func (s *Store) Table(ctx context.Context, gvr schema.GroupVersionResource) (*Ta
 	if t, ok := s.tables[name]; ok {
 		return t, nil
 	}
-	for _, stmt := range []string{
-		`DROP TABLE IF EXISTS "` + name + `"`,
-		`CREATE TABLE "` + name + `" (name TEXT NOT NULL, namespace TEXT NOT NULL, object TEXT NOT NULL, PRIMARY KEY (namespace, name)) WITHOUT ROWID`,
-	} {
-		if _, err := s.writer.ExecContext(ctx, stmt); err != nil {
-			return nil, fmt.Errorf("creating the table %s: %w", name, err)
-		}
+	if err := s.createTable(ctx, name); err != nil {
+		return nil, err
 	}
 	t := &Table{store: s, name: name, synced: make(chan struct{})}
 	s.tables[name] = t
 	return t, nil
 }
 
-// Table holds the objects of one resource. It is the store a client-go
-// Reflector writes into (cache.ReflectorStore), and answers lists.
+// Table holds the objects of one resource, written by one reflector, and
+// answers lists. Safe for concurrent use, though its writes are meant to
+// come from one goroutine.
 type Table struct {
 	store *Store
 	name  string
 
 	syncOnce sync.Once
-	synced   chan struct{} // closed by the first Replace: the table holds a full list
+	synced   chan struct{} // closed by the first complete list
+
+	version atomic.Uint64 // counts the writes
 
 	mu      sync.Mutex
 	changed time.Time // of the last write
 }
+
+// Name is the table's name in the database.
+func (t *Table) Name() string { return t.name }
 
 // Synced is closed once the table holds a full list of the resource.
 func (t *Table) Synced() <-chan struct{} { return t.synced }
@@ -137,6 +172,10 @@ func (t *Table) WaitSynced(ctx context.Context) error {
 	}
 }
 
+// Version counts the table's writes: what was read at one version is what
+// the table holds while Version answers the same.
+func (t *Table) Version() uint64 { return t.version.Load() }
+
 // ChangedSince reports whether the table was written after since.
 func (t *Table) ChangedSince(since time.Time) bool {
 	t.mu.Lock()
@@ -148,28 +187,52 @@ func (t *Table) touch() {
 	t.mu.Lock()
 	t.changed = time.Now()
 	t.mu.Unlock()
+	t.version.Add(1)
 }
 
-// row is an object as the table keeps it.
-type row struct {
-	name, namespace string
-	object          []byte
+// Object is an object as a table keeps it.
+type Object struct {
+	Name, Namespace string
+	JSON            []byte // without managedFields and last-applied-configuration
 }
 
-func toRow(obj any) (row, error) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+// objectMeta is what the store reads of an object's metadata.
+type objectMeta struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+}
+
+// Trimmed reads an object as the API server sends it and returns it as a
+// table keeps it: what Kubewarden's reflectors drop from the objects they
+// keep (managedFields, the kubectl last-applied-configuration annotation)
+// is dropped, and the fields are written in the order of their names, as
+// the objects of direct lists are. The items of a list come without
+// apiVersion and kind: typ gives them, as client-go does.
+func Trimmed(raw []byte, typ metav1.TypeMeta) (Object, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber() // numbers as the API server wrote them
+	var obj map[string]any
+	if err := d.Decode(&obj); err != nil {
+		return Object{}, fmt.Errorf("reading an object: %w", err)
 	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return row{}, fmt.Errorf("reflector store: unexpected object %T", obj)
+	if _, ok := obj["apiVersion"]; !ok && typ.APIVersion != "" {
+		obj["apiVersion"] = typ.APIVersion
 	}
-	Trim(u.Object)
-	b, err := json.Marshal(u.Object)
+	if _, ok := obj["kind"]; !ok && typ.Kind != "" {
+		obj["kind"] = typ.Kind
+	}
+	Trim(obj)
+	md, _ := obj["metadata"].(map[string]any)
+	name, _ := md["name"].(string)
+	namespace, _ := md["namespace"].(string)
+	if name == "" {
+		return Object{}, errors.New("reading an object: it has no metadata.name")
+	}
+	b, err := json.Marshal(obj)
 	if err != nil {
-		return row{}, err
+		return Object{}, err
 	}
-	return row{name: u.GetName(), namespace: u.GetNamespace(), object: b}, nil
+	return Object{Name: name, Namespace: namespace, JSON: b}, nil
 }
 
 // Trim drops what Kubewarden's reflectors drop from the objects they keep:
@@ -185,69 +248,83 @@ func Trim(obj map[string]any) {
 	}
 }
 
-func (t *Table) upsert(obj any) error {
-	r, err := toRow(obj)
-	if err != nil {
-		return err
-	}
-	_, err = t.store.writer.Exec(`INSERT INTO "`+t.name+`" (name, namespace, object) VALUES (?, ?, ?)
-		ON CONFLICT (namespace, name) DO UPDATE SET object = excluded.object`, r.name, r.namespace, r.object)
+// Put writes an object, trimmed, in place of the one of the same
+// namespace and name.
+func (t *Table) Put(ctx context.Context, o Object) error {
+	_, err := t.store.writer.ExecContext(ctx, `INSERT INTO "`+t.name+`" (name, namespace, object) VALUES (?, ?, ?)
+		ON CONFLICT (namespace, name) DO UPDATE SET object = excluded.object`, o.Name, o.Namespace, o.JSON)
 	t.touch()
 	return err
 }
 
-// Add implements cache.ReflectorStore.
-func (t *Table) Add(obj any) error { return t.upsert(obj) }
-
-// Update implements cache.ReflectorStore.
-func (t *Table) Update(obj any) error { return t.upsert(obj) }
-
-// Delete implements cache.ReflectorStore.
-func (t *Table) Delete(obj any) error {
-	r, err := toRow(obj)
-	if err != nil {
-		return err
-	}
-	_, err = t.store.writer.Exec(`DELETE FROM "`+t.name+`" WHERE name = ? AND namespace = ?`, r.name, r.namespace)
+// Remove removes the object of a namespace ("" for a cluster-scoped one)
+// and name.
+func (t *Table) Remove(ctx context.Context, namespace, name string) error {
+	_, err := t.store.writer.ExecContext(ctx, `DELETE FROM "`+t.name+`" WHERE name = ? AND namespace = ?`, name, namespace)
 	t.touch()
 	return err
 }
 
-// Replace implements cache.ReflectorStore: the table becomes list, in one
-// transaction, so that readers see the old objects or the new ones.
-func (t *Table) Replace(list []any, _ string) error {
-	tx, err := t.store.writer.Begin()
+// Listing is a full list being written into a table: pages go into a table
+// of their own, which replaces the table at Commit. It is used by one
+// goroutine.
+type Listing struct {
+	t    *Table
+	next string // the table the pages go into
+}
+
+// NewListing starts writing a full list of the table's resource.
+func (t *Table) NewListing(ctx context.Context) (*Listing, error) {
+	l := &Listing{t: t, next: t.name + "__listing"}
+	if err := t.store.createTable(ctx, l.next); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Page writes a page of the list, in one transaction.
+func (l *Listing) Page(ctx context.Context, objects []Object) error {
+	tx, err := l.t.store.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
-	if _, err := tx.Exec(`DELETE FROM "` + t.name + `"`); err != nil {
-		return err
-	}
-	insert, err := tx.Prepare(`INSERT OR REPLACE INTO "` + t.name + `" (name, namespace, object) VALUES (?, ?, ?)`)
+	insert, err := tx.PrepareContext(ctx, `INSERT OR REPLACE INTO "`+l.next+`" (name, namespace, object) VALUES (?, ?, ?)`)
 	if err != nil {
 		return err
 	}
 	defer insert.Close()
-	for _, obj := range list {
-		r, err := toRow(obj)
-		if err != nil {
-			return err
+	for _, o := range objects {
+		if _, err := insert.ExecContext(ctx, o.Name, o.Namespace, o.JSON); err != nil {
+			return fmt.Errorf("writing %s/%s into %s: %w", o.Namespace, o.Name, l.next, err)
 		}
-		if _, err := insert.Exec(r.name, r.namespace, r.object); err != nil {
-			return err
+	}
+	return tx.Commit()
+}
+
+// Commit makes the list the table's objects, in one transaction, and
+// checkpoints the write-ahead log (Store.checkpoint).
+func (l *Listing) Commit(ctx context.Context) error {
+	tx, err := l.t.store.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it does nothing
+	for _, stmt := range []string{
+		`DROP TABLE "` + l.t.name + `"`,
+		`ALTER TABLE "` + l.next + `" RENAME TO "` + l.t.name + `"`,
+	} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("replacing the table %s: %w", l.t.name, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return err
+		return fmt.Errorf("replacing the table %s: %w", l.t.name, err)
 	}
-	t.touch()
-	t.syncOnce.Do(func() { close(t.synced) })
-	return nil
+	l.t.touch()
+	l.t.syncOnce.Do(func() { close(l.t.synced) })
+	return l.t.store.checkpoint(ctx)
 }
-
-// Resync implements cache.ReflectorStore; it has nothing to do.
-func (t *Table) Resync() error { return nil }
 
 // List returns the objects of the table as JSON, those of namespace only
 // when it is not nil, ordered by namespace and name as the API server
@@ -271,4 +348,18 @@ func (t *Table) List(ctx context.Context, namespace *string) ([]json.RawMessage,
 		out = append(out, b)
 	}
 	return out, rows.Err()
+}
+
+// Get returns the object of a namespace ("" for a cluster-scoped one) and
+// name, or nil when the table has none.
+func (t *Table) Get(ctx context.Context, namespace, name string) ([]byte, error) {
+	var b []byte
+	err := t.store.reader.QueryRowContext(ctx, `SELECT object FROM "`+t.name+`" WHERE namespace = ? AND name = ?`, namespace, name).Scan(&b)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading the reflector table %s: %w", t.name, err)
+	}
+	return b, nil
 }

@@ -2,19 +2,20 @@ package reflector
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/cache"
 )
 
-func openStore(t *testing.T, path string) *Store {
+func openStore(t testing.TB, path string) *Store {
 	t.Helper()
 	s, err := Open(path)
 	if err != nil {
@@ -26,7 +27,9 @@ func openStore(t *testing.T, path string) *Store {
 
 var pods = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
-func object(namespace, name string, extra map[string]any) *unstructured.Unstructured {
+// object is a Pod as the API server would send it, trimmed for the store.
+func object(t testing.TB, namespace, name string, extra map[string]any) Object {
+	t.Helper()
 	md := map[string]any{"name": name}
 	if namespace != "" {
 		md["namespace"] = namespace
@@ -35,7 +38,32 @@ func object(namespace, name string, extra map[string]any) *unstructured.Unstruct
 	for k, v := range extra {
 		obj[k] = v
 	}
-	return &unstructured.Unstructured{Object: obj}
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Trimmed(raw, metav1.TypeMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// list writes objects as a full list, in pages of pageSize.
+func list(t testing.TB, tbl *Table, pageSize int, objects ...Object) {
+	t.Helper()
+	l, err := tbl.NewListing(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(objects); i += pageSize {
+		if err := l.Page(context.Background(), objects[i:min(i+pageSize, len(objects))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // names lists the table's objects as namespace/name.
@@ -47,11 +75,11 @@ func names(t *testing.T, tbl *Table, namespace *string) string {
 	}
 	var out []string
 	for _, o := range objects {
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(o); err != nil {
+		var meta struct{ Metadata objectMeta }
+		if err := json.Unmarshal(o, &meta); err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, u.GetNamespace()+"/"+u.GetName())
+		out = append(out, meta.Metadata.Namespace+"/"+meta.Metadata.Name)
 	}
 	return strings.Join(out, " ")
 }
@@ -69,9 +97,32 @@ func TestTableName(t *testing.T) {
 	}
 }
 
-func TestTableFollowsTheReflector(t *testing.T) {
+func TestTrimmed(t *testing.T) {
+	raw := `{"metadata":{"name":"web","namespace":"b","resourceVersion":"7",` +
+		`"managedFields":[{"manager":"kubectl"}],` +
+		`"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{}","note":"kept"}},` +
+		`"spec":{"big":12345678901234567890,"ratio":0.10}}`
+	// A list's item has no apiVersion and kind: they are the list's.
+	o, err := Trimmed([]byte(raw), metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"apiVersion":"v1","kind":"Pod","metadata":{"annotations":{"note":"kept"},"name":"web","namespace":"b",` +
+		`"resourceVersion":"7"},"spec":{"big":12345678901234567890,"ratio":0.10}}`
+	if o.Name != "web" || o.Namespace != "b" || string(o.JSON) != want {
+		t.Errorf("Trimmed = %s %s %s,\nwant web b %s", o.Name, o.Namespace, o.JSON, want)
+	}
+	for _, bad := range []string{`{"metadata":{}}`, `[1]`, `{"metadata":`} {
+		if _, err := Trimmed([]byte(bad), metav1.TypeMeta{}); err == nil || !strings.HasPrefix(err.Error(), "reading an object") {
+			t.Errorf("Trimmed(%s): %v", bad, err)
+		}
+	}
+}
+
+func TestTableWrites(t *testing.T) {
+	ctx := context.Background()
 	s := openStore(t, filepath.Join(t.TempDir(), "reflectors.db"))
-	tbl, err := s.Table(context.Background(), pods)
+	tbl, err := s.Table(ctx, pods)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,11 +131,21 @@ func TestTableFollowsTheReflector(t *testing.T) {
 		t.Fatal("synced before the first list")
 	default:
 	}
-	start := time.Now()
-	managed := map[string]any{"metadata": map[string]any{"name": "web", "namespace": "b",
-		"managedFields": []any{map[string]any{"manager": "kubectl"}},
-		"annotations":   map[string]any{"kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "kept"}}}
-	if err := tbl.Replace([]any{object("b", "web", managed), object("a", "db", nil), object("", "node-1", nil)}, "7"); err != nil {
+	start, v0 := time.Now(), tbl.Version()
+	l, err := tbl.NewListing(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Page(ctx, []Object{object(t, "b", "web", nil), object(t, "a", "db", nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(t, tbl, nil); got != "" {
+		t.Errorf("a page before the list's end is visible: %s", got)
+	}
+	if err := l.Page(ctx, []Object{object(t, "", "node-1", nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -93,17 +154,13 @@ func TestTableFollowsTheReflector(t *testing.T) {
 		t.Fatal("not synced after the first list")
 	}
 	if got := names(t, tbl, nil); got != "/node-1 a/db b/web" {
-		t.Errorf("after Replace: %s", got)
+		t.Errorf("after the list: %s", got)
 	}
-	if !tbl.ChangedSince(start) {
-		t.Error("Replace is no change")
-	}
-	objects, _ := tbl.List(context.Background(), new("b"))
-	if got := string(objects[0]); strings.Contains(got, "managedFields") || strings.Contains(got, "last-applied") || !strings.Contains(got, `"note":"kept"`) {
-		t.Errorf("kept object: %s", got)
+	if !tbl.ChangedSince(start) || tbl.Version() == v0 {
+		t.Error("a list is no change")
 	}
 
-	mark := time.Now()
+	mark, v1 := time.Now(), tbl.Version()
 	if tbl.ChangedSince(mark) {
 		t.Error("changed without a write")
 	}
@@ -111,16 +168,13 @@ func TestTableFollowsTheReflector(t *testing.T) {
 		do   func() error
 		want string
 	}{
-		{func() error { return tbl.Add(object("a", "cache", nil)) }, "/node-1 a/cache a/db b/web"},
-		{func() error { return tbl.Update(object("a", "cache", map[string]any{"spec": "v2"})) }, "/node-1 a/cache a/db b/web"},
-		{func() error { return tbl.Delete(object("b", "web", nil)) }, "/node-1 a/cache a/db"},
-		// A delete the watch missed reaches the store wrapped.
-		{func() error {
-			return tbl.Delete(cache.DeletedFinalStateUnknown{Key: "a/db", Obj: object("a", "db", nil)})
-		}, "/node-1 a/cache"},
+		{func() error { return tbl.Put(ctx, object(t, "a", "cache", nil)) }, "/node-1 a/cache a/db b/web"},
+		{func() error { return tbl.Put(ctx, object(t, "a", "cache", map[string]any{"spec": "v2"})) }, "/node-1 a/cache a/db b/web"},
+		{func() error { return tbl.Remove(ctx, "b", "web") }, "/node-1 a/cache a/db"},
+		{func() error { return tbl.Remove(ctx, "b", "never-there") }, "/node-1 a/cache a/db"},
 		// A cluster-scoped object and a namespaced one of the same name
 		// are two rows.
-		{func() error { return tbl.Add(object("a", "node-1", nil)) }, "/node-1 a/cache a/node-1"},
+		{func() error { return tbl.Put(ctx, object(t, "a", "node-1", nil)) }, "/node-1 a/cache a/db a/node-1"},
 	}
 	for i, st := range steps {
 		if err := st.do(); err != nil {
@@ -130,40 +184,45 @@ func TestTableFollowsTheReflector(t *testing.T) {
 			t.Errorf("step %d: %s, want %s", i, got, st.want)
 		}
 	}
-	if !tbl.ChangedSince(mark) {
+	if !tbl.ChangedSince(mark) || tbl.Version() == v1 {
 		t.Error("writes are no change")
 	}
-	if got := names(t, tbl, new("a")); got != "a/cache a/node-1" {
+	if got := names(t, tbl, new("a")); got != "a/cache a/db a/node-1" {
 		t.Errorf("namespace a: %s", got)
 	}
-	objects, _ = tbl.List(context.Background(), new("a"))
-	if !strings.Contains(string(objects[0]), `"spec":"v2"`) {
-		t.Errorf("updated object: %s", objects[0])
+	got, err := tbl.Get(ctx, "a", "cache")
+	if err != nil || !strings.Contains(string(got), `"spec":"v2"`) {
+		t.Errorf("Get a/cache = %s, %v", got, err)
 	}
-	if err := tbl.Add("not an object"); err == nil {
-		t.Error("a string was stored")
+	if got, err := tbl.Get(ctx, "", "cache"); got != nil || err != nil {
+		t.Errorf("Get of a cluster-scoped object that is not there = %s, %v", got, err)
+	}
+
+	// A list again: the table becomes that list, the synced channel stays
+	// closed.
+	list(t, tbl, 1, object(t, "c", "only", nil))
+	if got := names(t, tbl, nil); got != "c/only" {
+		t.Errorf("after another list: %s", got)
 	}
 }
 
-// TestReadersDuringWrites reads while the writer replaces and adds: the
-// write-ahead log keeps readers from waiting on, or failing for, the writer,
-// and a reader sees a list whole, never half replaced.
-func TestReadersDuringWrites(t *testing.T) {
+// TestReadersDuringListings reads while lists are written page by page:
+// the write-ahead log keeps readers from waiting on, or failing for, the
+// writer, and a reader sees a list whole, never part of one.
+func TestReadersDuringListings(t *testing.T) {
 	s := openStore(t, filepath.Join(t.TempDir(), "reflectors.db"))
 	tbl, err := s.Table(context.Background(), pods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := func(n int) []any {
-		out := make([]any, n)
+	objects := func(n int) []Object {
+		out := make([]Object, n)
 		for i := range n {
-			out[i] = object("a", fmt.Sprintf("p%03d", i), nil)
+			out[i] = object(t, "a", fmt.Sprintf("p%03d", i), nil)
 		}
 		return out
 	}
-	if err := tbl.Replace(list(100), "1"); err != nil {
-		t.Fatal(err)
-	}
+	list(t, tbl, 30, objects(100)...)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -181,22 +240,53 @@ func TestReadersDuringWrites(t *testing.T) {
 					return
 				}
 				if n := len(objects); n != 100 && n != 200 {
-					errs <- fmt.Errorf("read %d objects: a list half replaced", n)
+					errs <- fmt.Errorf("read %d objects: part of a list", n)
 					return
 				}
 			}
 		})
 	}
 	for i := range 20 {
-		if err := tbl.Replace(list(100+100*(i%2)), "2"); err != nil {
-			t.Fatal(err)
-		}
+		list(t, tbl, 30, objects(100+100*(i%2))...)
 	}
 	close(done)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestListCheckpointsTheLog: a list larger than the write-ahead log's limit
+// leaves the log near that limit, not as large as what was written.
+func TestListCheckpointsTheLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "reflectors.db")
+	s := openStore(t, path)
+	tbl, err := s.Table(context.Background(), pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects := make([]Object, 3000)
+	for i := range objects {
+		objects[i] = object(t, "a", fmt.Sprintf("p%04d", i), map[string]any{"data": strings.Repeat("x", 4096)})
+	}
+	const written = 3000 * 4096
+	list(t, tbl, 250, objects...)
+	// One write more: a log fully checkpointed starts again, cut back.
+	if err := tbl.Put(context.Background(), object(t, "a", "late", nil)); err != nil {
+		t.Fatal(err)
+	}
+	db, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wal, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db.Size() < written || wal.Size() > walLimit+2<<20 {
+		t.Errorf("database %d bytes, write-ahead log %d bytes: want the %d bytes written in the database and a log of at most %d",
+			db.Size(), wal.Size(), written, walLimit+2<<20)
 	}
 }
 
@@ -212,9 +302,7 @@ func TestReopenedStoreStartsEmpty(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tbl.Replace([]any{object("a", "old", nil)}, "1"); err != nil {
-		t.Fatal(err)
-	}
+	list(t, tbl, 10, object(t, "a", "old", nil))
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -239,15 +327,13 @@ func BenchmarkTableList(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	list := make([]any, 1000)
-	for i := range list {
-		list[i] = object(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("object-%04d", i), map[string]any{
+	objects := make([]Object, 1000)
+	for i := range objects {
+		objects[i] = object(b, fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("object-%04d", i), map[string]any{
 			"data": map[string]any{"config": strings.Repeat("x", 512)},
 		})
 	}
-	if err := tbl.Replace(list, "1"); err != nil {
-		b.Fatal(err)
-	}
+	list(b, tbl, 500, objects...)
 	ns := "ns-3"
 	b.Run("all", func(b *testing.B) {
 		for b.Loop() {

@@ -294,12 +294,21 @@ func TestHostCapKubernetes(t *testing.T) {
 // returns its port once it is ready.
 func startPolicyServer(t *testing.T, doc, kubeconfig string) int {
 	t.Helper()
+	port, readiness := launchPolicyServer(t, doc, kubeconfig)
+	eventually(t, "the policy server is ready", func() bool { return ready(readiness) })
+	return port
+}
+
+// launchPolicyServer starts the policy server as startPolicyServer does,
+// and returns its port and readiness port without waiting.
+func launchPolicyServer(t *testing.T, doc, kubeconfig string) (port, readiness int) {
+	t.Helper()
 	dir := t.TempDir()
 	policies := filepath.Join(dir, "policies.yml")
 	if err := os.WriteFile(policies, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port, readiness := freePort(t), freePort(t)
+	port, readiness = freePort(t), freePort(t)
 	env := map[string]string{"KUBECONFIG": kubeconfig, "HOME": dir}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)
@@ -315,15 +324,17 @@ func startPolicyServer(t *testing.T, doc, kubeconfig string) int {
 			t.Errorf("policy server exit %d\n%s", code, logs.String())
 		}
 	})
-	eventually(t, "the policy server is ready", func() bool {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readiness", readiness))
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return port
+	return port, readiness
+}
+
+// ready reports whether the readiness endpoint on port answers 200.
+func ready(port int) bool {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readiness", port))
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // writeKubeconfig writes a kubeconfig for cfg and returns its path.

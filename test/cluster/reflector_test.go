@@ -5,23 +5,32 @@ package cluster_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wardenhq/warden/internal/hostcap"
+	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/reflector"
 )
 
 // TestReflectedLists answers the list host capabilities from reflectors
 // (RFC 004) kept by a real API server's watches: the answers are those of
-// direct lists, follow the cluster's changes, and keep coming while the API
+// direct lists, written from lists read a page at a time; they follow the
+// cluster's changes, kept answers included, and keep coming while the API
 // server cannot be reached.
 func TestReflectedLists(t *testing.T) {
 	cl := startCluster(t)
@@ -49,7 +58,15 @@ func TestReflectedLists(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	reflected, err := hostcap.NewKubernetes(viaProxy, hostcap.KubernetesOptions{Store: store, Logger: slog.New(slog.DiscardHandler)})
+	// Pages of two objects: every list of the test takes several.
+	var pagesMu sync.Mutex
+	pages := map[string][]int{} // resource: the sizes of its pages
+	reflected, err := hostcap.NewKubernetes(viaProxy, hostcap.KubernetesOptions{Store: store, Logger: slog.New(slog.DiscardHandler),
+		Reflectors: reflector.Options{PageSize: 2, OnPage: func(gvr schema.GroupVersionResource, objects []reflector.Object) {
+			pagesMu.Lock()
+			pages[gvr.Resource] = append(pages[gvr.Resource], len(objects))
+			pagesMu.Unlock()
+		}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +116,62 @@ func TestReflectedLists(t *testing.T) {
 	if got := list(reflected, "list_resources_all", map[string]any{"api_version": "v1", "kind": "ConfigMap", "label_selector": "app in ("}); !strings.HasPrefix(got, "error: Callback evaluation failure: invalid label selector") {
 		t.Errorf("a bad label selector: %s", got)
 	}
+	// The reflector never held more than a page: pages of 2, several per
+	// list.
+	pagesMu.Lock()
+	for _, resource := range []string{"configmaps", "namespaces"} {
+		if sizes := pages[resource]; len(sizes) < 2 || slices.Max(sizes) > 2 {
+			t.Errorf("pages of %s: %v, want several of at most 2", resource, sizes)
+		}
+	}
+	pagesMu.Unlock()
 
-	mustCreate(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "cache"}})
+	// get_resource reads the reflector of a kind it has, with the errors
+	// of the API server.
+	get := func(k *hostcap.Kubernetes, payload map[string]any) string { return list(k, "get_resource", payload) }
+	web := map[string]any{"api_version": "v1", "kind": "ConfigMap", "namespace": "team-a", "name": "web"}
+	if got := get(reflected, web); !strings.Contains(got, `"k1":"v1"`) || strings.Contains(got, "managedFields") || strings.Contains(got, "last-applied") {
+		t.Errorf("get_resource from the reflector: %s", got)
+	}
+	for _, payload := range []map[string]any{
+		{"api_version": "v1", "kind": "ConfigMap", "namespace": "team-a", "name": "nope"},
+		{"api_version": "v1", "kind": "ConfigMap", "name": "web"},
+	} {
+		if got, want := get(reflected, payload), get(direct, payload); got != want {
+			t.Errorf("get_resource %v:\nreflected %s\ndirect    %s", payload, got, want)
+		}
+	}
+
+	// A kept answer changes when the watch writes a change: an added
+	// object, a changed one, a deleted one.
 	teamB := map[string]any{"api_version": "v1", "kind": "ConfigMap", "namespace": "team-b"}
+	if got := list(reflected, "list_resources_by_namespace", teamB); strings.Contains(got, `"name":"cache"`) {
+		t.Fatalf("before the new ConfigMap: %s", got)
+	}
+	mustCreate(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "cache"}})
 	eventually(t, "the new ConfigMap is reflected", func() bool {
 		return strings.Contains(list(reflected, "list_resources_by_namespace", teamB), `"name":"cache"`)
 	})
+	var cm corev1.ConfigMap
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: "team-b", Name: "web"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	cm.Data = map[string]string{"k1": "changed"}
+	if err := c.Update(t.Context(), &cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the changed ConfigMap is reflected", func() bool {
+		return strings.Contains(list(reflected, "list_resources_by_namespace", teamB), `"k1":"changed"`)
+	})
+	if err := c.Delete(t.Context(), &cm); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted ConfigMap is gone", func() bool {
+		return !strings.Contains(list(reflected, "list_resources_by_namespace", teamB), `"name":"web"`)
+	})
+	if got, want := list(reflected, "list_resources_by_namespace", teamB), list(direct, "list_resources_by_namespace", teamB); got != want {
+		t.Errorf("after the changes:\nreflected %s\ndirect    %s", got, want)
+	}
 	before := list(reflected, "list_resources_by_namespace", teamB)
 	proxy.cut()
 	if got := list(reflected, "list_resources_by_namespace", teamB); got != before {
@@ -112,5 +179,48 @@ func TestReflectedLists(t *testing.T) {
 	}
 	if got := list(reflected, "list_resources_all", map[string]any{"api_version": "v1", "kind": "Secret"}); !strings.Contains(got, "waiting for the reflector of v1_secrets") {
 		t.Errorf("a kind first listed while the API server is away: %s", got)
+	}
+}
+
+// TestReadinessWaitsForReflectors: a policy server whose policies read a
+// kind is not ready until the kind's reflector holds its first list, so
+// that no request waits for it; here the API server is away at the start.
+func TestReadinessWaitsForReflectors(t *testing.T) {
+	cl := startCluster(t)
+	mustCreate(t, cl.Client, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "present"}})
+	proxy := startProxy(t, cl.Config.Host)
+	viaProxy := rest.CopyConfig(cl.Config)
+	viaProxy.Host = "https://" + proxy.addr
+	proxy.cut()
+
+	// The policy lists, then fails a call on purpose: its rejection
+	// carries what the list answered.
+	settings := `{"calls":[{"namespace":"kubernetes","operation":"list_resources_by_namespace",` +
+		`"payload":{"api_version":"v1","kind":"ConfigMap","namespace":"default"}},` +
+		`{"namespace":"kubernetes","operation":"get_resource","payload":{"api_version":"v1","kind":"Namespace","name":"missing"}}]}`
+	doc := fmt.Sprintf("lists:\n  module: file://%s\n  settings: %s\n  hostCapabilities: [\"kubernetes/*\"]\n"+
+		"  contextAwareResources: [{apiVersion: v1, kind: ConfigMap}]\n", policybuild.ForTest(t, "host-call"), settings)
+	port, readiness := launchPolicyServer(t, doc, writeKubeconfig(t, viaProxy))
+	// Serving starts without the API server; readiness waits for it.
+	eventually(t, "the policy server answers its readiness probe", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readiness", readiness))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusServiceUnavailable
+	})
+	proxy.restore(t)
+	eventually(t, "the policy server is ready", func() bool { return ready(readiness) })
+	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},` +
+		`"resource":{"group":"","version":"v1","resource":"pods"},"name":"p","namespace":"default","operation":"CREATE","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}}}`
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/validate/lists", port), "application/json", strings.NewReader(review))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `"allowed":false`) || !strings.Contains(string(body), `\"name\":\"present\"`) {
+		t.Errorf("the first request once ready: %s", body)
 	}
 }
