@@ -1,0 +1,259 @@
+package reflector
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+)
+
+// The reflectors' list-and-watch against the real API server is tested in
+// test/cluster (TestReflectedLists). The faults below cannot be caused on
+// demand there: an expired continue token, a watch whose resource version
+// the API server no longer has (410 Gone), a stream cut in the middle of
+// an event. A fake API server plays them, one step per request.
+
+var configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
+// fakeAPIServer answers the requests of one resource with the responses
+// queued for lists and for watches, in order; once a queue is empty, lists
+// fail and watches hang until the client goes.
+type fakeAPIServer struct {
+	t *testing.T
+
+	mu       sync.Mutex
+	lists    []func(w http.ResponseWriter, r *http.Request)
+	watches  []func(w http.ResponseWriter, r *http.Request)
+	requests []string // "list <continue>" or "watch <resourceVersion>"
+}
+
+func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/api/v1/configmaps" {
+		http.NotFound(w, r)
+		return
+	}
+	q := r.URL.Query()
+	f.mu.Lock()
+	var next func(http.ResponseWriter, *http.Request)
+	if q.Get("watch") == "true" {
+		f.requests = append(f.requests, "watch "+q.Get("resourceVersion"))
+		if len(f.watches) > 0 {
+			next, f.watches = f.watches[0], f.watches[1:]
+		}
+	} else {
+		f.requests = append(f.requests, "list "+q.Get("continue"))
+		if len(f.lists) > 0 {
+			next, f.lists = f.lists[0], f.lists[1:]
+		}
+	}
+	f.mu.Unlock()
+	switch {
+	case next != nil:
+		next(w, r)
+	case q.Get("watch") == "true":
+		<-r.Context().Done()
+	default:
+		status(w, http.StatusInternalServerError, "InternalError", "no more lists")
+	}
+}
+
+func (f *fakeAPIServer) requested() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.requests, ", ")
+}
+
+func status(w http.ResponseWriter, code int, reason, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":%q,"reason":%q,"code":%d}`, message, reason, code)
+}
+
+// page answers a page of ConfigMaps named names, in namespace a.
+func page(rv, cont string, names ...string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		items := make([]string, len(names))
+		for i, n := range names {
+			items[i] = fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"a","resourceVersion":%q}}`, n, rv)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":%q,"continue":%q},"items":[%s]}`,
+			rv, cont, strings.Join(items, ","))
+	}
+}
+
+// events answers a watch stream of the events given, as JSON lines, then
+// ends it with tail.
+func events(tail string, evs ...string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		for _, ev := range evs {
+			fmt.Fprintln(w, ev)
+		}
+		fmt.Fprint(w, tail)
+	}
+}
+
+func event(typ, name, rv string) string {
+	return fmt.Sprintf(`{"type":%q,"object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":"a","resourceVersion":%q}}}`, typ, name, rv)
+}
+
+// startReflector runs a reflector of ConfigMaps against f until the test
+// ends.
+func startReflector(t *testing.T, f *fakeAPIServer) *Table {
+	t.Helper()
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	r, err := New(openStore(t, filepath.Join(t.TempDir(), "reflectors.db")), &rest.Config{Host: srv.URL}, nil, Options{PageSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	tbl, err := r.Start(configMaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl
+}
+
+// waitFor waits until the table's objects are want.
+func waitFor(t *testing.T, tbl *Table, f *fakeAPIServer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if got := names(t, tbl, nil); got == want {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("objects %q, want %q; requests: %s", got, want, f.requested())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitForRequest waits until f was sent request.
+func waitForRequest(t *testing.T, f *fakeAPIServer, request string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(f.requested()+", ", request+", ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("requests: %s, want %s", f.requested(), request)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRelistAfterGone: a watch the API server ends with 410 Gone makes the
+// reflector list again, and the table becomes the new list, objects
+// deleted meanwhile gone.
+func TestRelistAfterGone(t *testing.T) {
+	f := &fakeAPIServer{t: t,
+		lists: []func(http.ResponseWriter, *http.Request){
+			page("10", "", "a1", "b1"),
+			page("20", "", "a1", "d1"),
+		},
+		watches: []func(http.ResponseWriter, *http.Request){
+			events(`{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Expired","code":410}}`+"\n",
+				event("ADDED", "c1", "11")),
+		},
+	}
+	tbl := startReflector(t, f)
+	waitFor(t, tbl, f, "a/a1 a/d1")
+	waitForRequest(t, f, "watch 20")
+	if got, want := f.requested(), "list , watch 10, list , watch 20"; got != want {
+		t.Errorf("requests: %s, want %s", got, want)
+	}
+}
+
+// TestListRestartsWhenItsContinueExpires: a continue token the API server
+// no longer knows starts the list again from its first page; the pages
+// written before are not kept.
+func TestListRestartsWhenItsContinueExpires(t *testing.T) {
+	f := &fakeAPIServer{t: t,
+		lists: []func(http.ResponseWriter, *http.Request){
+			page("10", "next", "a1", "b1"),
+			func(w http.ResponseWriter, _ *http.Request) {
+				status(w, http.StatusGone, "Expired", "The provided continue parameter is too old")
+			},
+			page("30", "more", "a1", "c1"),
+			page("30", "", "e1"),
+		},
+	}
+	tbl := startReflector(t, f)
+	waitFor(t, tbl, f, "a/a1 a/c1 a/e1")
+	if got, want := f.requested(), "list , list next, list , list more, watch 30"; !strings.HasPrefix(got, want) {
+		t.Errorf("requests: %s, want %s", got, want)
+	}
+}
+
+// TestWatchResumesAfterACut: a stream cut in the middle of an event is
+// watched again from the last event read, and the events after it apply.
+func TestWatchResumesAfterACut(t *testing.T) {
+	f := &fakeAPIServer{t: t,
+		lists: []func(http.ResponseWriter, *http.Request){page("10", "", "a1")},
+		watches: []func(http.ResponseWriter, *http.Request){
+			events(`{"type":"ADDED","object":{"metadata":`, event("ADDED", "b1", "11"), event("MODIFIED", "a1", "12")),
+			events("", event("DELETED", "a1", "13"), `{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{"resourceVersion":"15"}}}`),
+		},
+	}
+	tbl := startReflector(t, f)
+	waitFor(t, tbl, f, "a/b1")
+	waitForRequest(t, f, "watch 15") // the bookmark's resource version
+	if got, want := f.requested(), "list , watch 10, watch 12, watch 15"; got != want {
+		t.Errorf("requests: %s, want %s", got, want)
+	}
+}
+
+// TestSettled: a reflector whose list the API server refuses for good
+// (forbidden) is settled, one that cannot list yet is not.
+func TestSettled(t *testing.T) {
+	forbidden := func(w http.ResponseWriter, _ *http.Request) {
+		status(w, http.StatusForbidden, "Forbidden", `configmaps is forbidden: User "warden" cannot list resource "configmaps"`)
+	}
+	f := &fakeAPIServer{t: t, lists: []func(http.ResponseWriter, *http.Request){forbidden, forbidden, forbidden, forbidden}}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	r, err := New(openStore(t, filepath.Join(t.TempDir(), "reflectors.db")), &rest.Config{Host: srv.URL}, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	if !r.Settled() {
+		t.Error("no reflector is not settled")
+	}
+	if _, err := r.Start(configMaps); err != nil {
+		t.Fatal(err)
+	}
+	if r.Settled() {
+		t.Error("settled before its first list")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !r.Settled() {
+		if time.Now().After(deadline) {
+			t.Fatalf("a forbidden list is not settled; requests: %s", f.requested())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A list that fails otherwise (a server error) is not settled.
+	failing := &fakeAPIServer{t: t}
+	srv2 := httptest.NewServer(failing)
+	t.Cleanup(srv2.Close)
+	r2, err := New(openStore(t, filepath.Join(t.TempDir(), "other.db")), &rest.Config{Host: srv2.URL}, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r2.Stop)
+	if _, err := r2.Start(configMaps); err != nil {
+		t.Fatal(err)
+	}
+	waitForRequest(t, failing, "list ")
+	if r2.Settled() {
+		t.Errorf("a list that failed with a server error is settled; requests: %s", failing.requested())
+	}
+}
