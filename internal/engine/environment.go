@@ -50,6 +50,8 @@ type Environment struct {
 
 	refMu  sync.Mutex // guards entry.refs and shared
 	shared map[string]*sharedRunner
+
+	inventories regoInventories // the cluster data Rego policies share
 }
 
 // entry is one top-level policy or group as loaded, with its members: the

@@ -332,7 +332,7 @@ func (l *loader) runner(ctx context.Context, id string, c *PolicyConfig, ml *mod
 // its instances hold the policy's data.
 func (l *loader) regoRunner(ctx context.Context, id string, c *PolicyConfig, ml *moduleLoad) (runner, func(context.Context), error) {
 	logger := l.opts.Logger.With(observability.KeyPolicyID, id)
-	kube := newRegoContext(grantedResources(c, ml.meta), l.opts.HostCapabilities, logger)
+	kube := newRegoContext(&l.env.inventories, grantedResources(c, ml.meta), ml.meta.Mode(), c.Settings, l.opts.HostCapabilities, logger)
 	r, err := newRegoRunner(ctx, l.opts.Runtime, ml.mod, ml.meta.Mode(), c.Settings, kube, l.opts.Workers, logger)
 	if err != nil {
 		return nil, nil, err

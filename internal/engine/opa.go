@@ -35,8 +35,6 @@ type regoModule struct {
 	opa      *wasm.OPA
 	builtins *rego.Builtins
 	kube     *regoContext // nil: the data loaded serves every evaluation
-	mode     string
-	settings json.RawMessage
 }
 
 // opaRunner runs Rego policies in opa mode (compat 2.2).
@@ -53,11 +51,20 @@ type gatekeeperRunner struct {
 // the module needs and loads its data (opa: the settings; gatekeeper: {}).
 // An opa runner therefore serves policies with these settings only; a
 // gatekeeper runner reads its parameters from each evaluation's settings.
-// kube, when not nil, builds each evaluation's data from the cluster.
-// workers bounds the idle instances kept. logger receives the warning about
-// a Gatekeeper result that cannot be read; nil discards it.
+// kube, when not nil, gives each evaluation's data from the cluster; it
+// must have been made for the same mode and settings, and the runner closes
+// it (at once when newRegoRunner fails). workers bounds the idle instances
+// kept. logger receives the warning about a Gatekeeper result that cannot
+// be read; nil discards it.
 func newRegoRunner(ctx context.Context, rt *wasm.Runtime, mod *wasm.Module, mode string, settings json.RawMessage,
-	kube *regoContext, workers int, logger *slog.Logger) (runner, error) {
+	kube *regoContext, workers int, logger *slog.Logger) (_ runner, err error) {
+	if kube != nil {
+		defer func() {
+			if err != nil {
+				kube.close()
+			}
+		}()
+	}
 	if mode != metadata.ModeOPA && mode != metadata.ModeGatekeeper {
 		return nil, fmt.Errorf("execution mode %s is not a Rego mode", mode)
 	}
@@ -70,7 +77,7 @@ func newRegoRunner(ctx context.Context, rt *wasm.Runtime, mod *wasm.Module, mode
 		o.Close(ctx)
 		return nil, err
 	}
-	m := &regoModule{opa: o, builtins: b, kube: kube, mode: mode, settings: settings}
+	m := &regoModule{opa: o, builtins: b, kube: kube}
 	if mode == metadata.ModeOPA {
 		return opaRunner{m}, nil
 	}
@@ -80,14 +87,10 @@ func newRegoRunner(ctx context.Context, rt *wasm.Runtime, mod *wasm.Module, mode
 	return gatekeeperRunner{regoModule: m, logger: logger}, nil
 }
 
-// regoData is the data document of a module's evaluations: the settings in
-// opa mode, {} in gatekeeper mode.
-//
-// The context-aware inventory is not served yet. When it is, opa data gets it
-// under the key "kubernetes" (replacing a setting of that name) and
-// gatekeeper data becomes {"inventory": ...}. Since a wasm.OPA loads its data
-// once per instance, the runners will then keep one wasm.OPA per inventory
-// version and swap it when the inventory changes.
+// regoData is the data document of a module's evaluations without a
+// context: the settings in opa mode, {} in gatekeeper mode. With one, the
+// regoContext gives the data, in versions that the instances load once each
+// (wasm.OPAData).
 func regoData(mode string, settings json.RawMessage) []byte {
 	if mode == metadata.ModeOPA && !isNull(settings) {
 		return settings
@@ -97,10 +100,10 @@ func regoData(mode string, settings json.RawMessage) []byte {
 
 // eval evaluates the module's entrypoint with input.
 func (m *regoModule) eval(ctx context.Context, input []byte) ([]byte, error) {
-	var data []byte
+	var data wasm.OPAData // zero: the data NewOPA loaded
 	if m.kube != nil {
 		var err error
-		if data, err = m.kube.data(ctx, m.mode, m.settings); err != nil {
+		if data, err = m.kube.data(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -119,7 +122,12 @@ func (m *regoModule) validateSettings(context.Context, wasm.HostCaller, []byte) 
 	return settingsValidationResponse{Valid: true}
 }
 
-func (m *regoModule) close(ctx context.Context) { m.opa.Close(ctx) }
+func (m *regoModule) close(ctx context.Context) {
+	m.opa.Close(ctx)
+	if m.kube != nil {
+		m.kube.close()
+	}
+}
 
 func (r opaRunner) validate(ctx context.Context, _ wasm.HostCaller, in evalInput) (*validationResponse, error) {
 	out, err := r.eval(ctx, slices.Concat([]byte(`{"request":`), in.request, []byte(`}`)))

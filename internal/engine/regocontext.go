@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/wasm"
 )
 
 // KubernetesReader reads the cluster for the Rego policies granted
@@ -48,9 +49,9 @@ const (
 	msgKubernetesSetting = "OPA policy had user provided setting with key `kubernetes`. This value has been overwritten with the actual kubernetes context data"
 )
 
-// regoContext builds, before each evaluation of a Rego policy granted
-// contextAwareResources, the data it reads about the cluster, as
-// Kubewarden does:
+// regoContext gives, before each evaluation of a Rego policy granted
+// contextAwareResources, the data it reads about the cluster, as Kubewarden
+// does:
 //
 //   - opa mode: the settings, with data.kubernetes.<plural>.<namespace>.<name>
 //     (cluster-scoped kinds: .<plural>.<name>) in place of any setting
@@ -58,22 +59,27 @@ const (
 //   - gatekeeper mode: data.inventory.cluster.<apiVersion>.<Kind>.<name>
 //     and data.inventory.namespace.<namespace>.<apiVersion>.<Kind>.<name>.
 //
-// The data is kept while the reader tells that none of the kinds changed
-// (KubernetesChanges); otherwise every evaluation lists them afresh.
+// The objects come from an inventory that the policies granted the same
+// kinds in the same mode share (inventory.go). It is safe for concurrent
+// use.
 type regoContext struct {
-	resources []ContextAwareResource // by apiVersion, then kind, as Kubewarden asks for them
-	reader    KubernetesReader       // nil: no way to read the cluster
-	changes   KubernetesChanges      // nil: the reader cannot tell
-	logger    *slog.Logger
+	shared   *regoInventories
+	inv      *inventory
+	mode     string
+	settings json.RawMessage
+	logger   *slog.Logger
 
-	mu       sync.Mutex
-	kept     []byte    // the data of the last evaluation
-	keptFrom time.Time // when its lists began
+	mu     sync.Mutex
+	of     uint64       // opa mode: the version of the inventory in data
+	merged wasm.OPAData // opa mode: the settings merged with it
 }
 
-// newRegoContext returns the context of a policy granted resources, or nil
-// when it was granted none.
-func newRegoContext(resources []ContextAwareResource, caps HostCapabilities, logger *slog.Logger) *regoContext {
+// newRegoContext returns the context of a policy granted resources in mode
+// (its settings: settings), or nil when it was granted none. Its inventory
+// is shared through shared (nil: one of its own) and read through caps; the
+// context holds it until close.
+func newRegoContext(shared *regoInventories, resources []ContextAwareResource, mode string, settings json.RawMessage,
+	caps HostCapabilities, logger *slog.Logger) *regoContext {
 	if len(resources) == 0 {
 		return nil
 	}
@@ -84,10 +90,20 @@ func newRegoContext(resources []ContextAwareResource, caps HostCapabilities, log
 		}
 		return strings.Compare(a.Kind, b.Kind)
 	})
-	reader, _ := caps.(KubernetesReader)
-	changes, _ := caps.(KubernetesChanges)
-	return &regoContext{resources: slices.Compact(rs), reader: reader, changes: changes, logger: logger}
+	if shared == nil {
+		shared = &regoInventories{}
+	}
+	return &regoContext{
+		shared:   shared,
+		inv:      shared.acquire(mode, slices.Compact(rs), caps),
+		mode:     mode,
+		settings: settings,
+		logger:   logger,
+	}
 }
+
+// close drops the context's hold on its inventory.
+func (rc *regoContext) close() { rc.shared.release(rc.inv) }
 
 // contextError fails an evaluation with its message as it is, code 500,
 // where other errors get "internal server error: " before theirs.
@@ -95,199 +111,30 @@ type contextError struct{ msg string }
 
 func (e *contextError) Error() string { return e.msg }
 
-// object is one object of a list, with what places it in the data.
-type object struct {
-	name, namespace *string
-	raw             json.RawMessage
-}
-
-// list lists every object of a kind.
-func (rc *regoContext) list(ctx context.Context, r ContextAwareResource) ([]object, error) {
-	out, err := rc.reader.ListResourcesAll(ctx, r.APIVersion, r.Kind)
-	if err != nil {
-		return nil, &contextError{msgCallbackFailed + err.Error()}
+// data returns the data document of one evaluation. Its version changes
+// only when the inventory's does.
+func (rc *regoContext) data(ctx context.Context) (wasm.OPAData, error) {
+	inv, err := rc.inv.data(ctx)
+	if err != nil || rc.mode == metadata.ModeGatekeeper {
+		return inv, err
 	}
-	var list struct {
-		Items *[]json.RawMessage `json:"items"`
-	}
-	if err := json.Unmarshal(out, &list); err != nil {
-		return nil, &contextError{msgBadList + err.Error()}
-	}
-	if list.Items == nil {
-		return nil, &contextError{msgBadList + "missing field `items`"}
-	}
-	objects := make([]object, len(*list.Items))
-	for i, raw := range *list.Items {
-		var o struct {
-			Metadata struct {
-				Name      *string `json:"name"`
-				Namespace *string `json:"namespace"`
-			} `json:"metadata"`
-		}
-		if err := json.Unmarshal(raw, &o); err != nil {
-			return nil, &contextError{msgBadList + err.Error()}
-		}
-		if o.Metadata.Name == nil {
-			return nil, &contextError{msgObjectNoName}
-		}
-		objects[i] = object{name: o.Metadata.Name, namespace: o.Metadata.Namespace, raw: raw}
-	}
-	return objects, nil
-}
-
-// lists lists every object of every kind, in the order of rc.resources.
-func (rc *regoContext) lists(ctx context.Context) ([][]object, error) {
-	if rc.reader == nil {
-		return nil, &contextError{msgNoCallback}
-	}
-	all := make([][]object, len(rc.resources))
-	for i, r := range rc.resources {
-		objects, err := rc.list(ctx, r)
-		if err != nil {
-			return nil, err
-		}
-		all[i] = objects
-	}
-	return all, nil
-}
-
-// data returns the data document of one evaluation in mode.
-func (rc *regoContext) data(ctx context.Context, mode string, settings json.RawMessage) ([]byte, error) {
 	rc.mu.Lock()
-	kept, from := rc.kept, rc.keptFrom
-	rc.mu.Unlock()
-	if kept != nil && !rc.changedSince(from) {
-		return kept, nil
+	defer rc.mu.Unlock()
+	if inv.ID() == rc.of {
+		return rc.merged, nil
 	}
-	start := time.Now()
-	data, err := rc.build(ctx, mode, settings)
+	b, overwritten, err := opaData(rc.settings, inv.JSON())
 	if err != nil {
-		return nil, err
+		return wasm.OPAData{}, fmt.Errorf("reading the settings: %w", err)
 	}
-	if rc.changes != nil {
-		rc.mu.Lock()
-		if start.After(rc.keptFrom) {
-			rc.kept, rc.keptFrom = data, start
-		}
-		rc.mu.Unlock()
-	}
-	return data, nil
-}
-
-// changedSince reports whether any of the kinds may have changed since.
-func (rc *regoContext) changedSince(since time.Time) bool {
-	if rc.changes == nil {
-		return true
-	}
-	for _, r := range rc.resources {
-		if changed, tracked := rc.changes.ListsChangedSince(r.APIVersion, r.Kind, since); changed || !tracked {
-			return true
-		}
-	}
-	return false
-}
-
-// build lists the kinds and builds the data from them.
-func (rc *regoContext) build(ctx context.Context, mode string, settings json.RawMessage) ([]byte, error) {
-	lists, err := rc.lists(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if mode == metadata.ModeGatekeeper {
-		return json.Marshal(map[string]any{"inventory": rc.gatekeeperInventory(lists)})
-	}
-	inventory, err := rc.opaInventory(ctx, lists)
-	if err != nil {
-		return nil, err
-	}
-	data := map[string]json.RawMessage{}
-	if !isNull(settings) {
-		if err := json.Unmarshal(settings, &data); err != nil {
-			return nil, fmt.Errorf("reading the settings: %w", err)
-		}
-	}
-	if _, ok := data["kubernetes"]; ok {
+	if overwritten {
 		rc.logger.WarnContext(ctx, msgKubernetesSetting)
 	}
-	if data["kubernetes"], err = json.Marshal(inventory); err != nil {
-		return nil, err
+	merged := wasm.NewOPAData(b)
+	if inv.ID() > rc.of { // versions of one inventory increase
+		rc.of, rc.merged = inv.ID(), merged
 	}
-	return json.Marshal(data)
-}
-
-// byName holds objects by name.
-type byName map[string]json.RawMessage
-
-// gatekeeperInventory places the objects by scope, apiVersion, kind and
-// name: {"cluster": {...}, "namespace": {<namespace>: {...}}}.
-func (rc *regoContext) gatekeeperInventory(lists [][]object) any {
-	type byKind map[string]byName
-	type byAPIVersion map[string]byKind
-	cluster, namespaced := byAPIVersion{}, map[string]byAPIVersion{}
-	for i, objects := range lists {
-		r := rc.resources[i]
-		for _, o := range objects {
-			versions := cluster
-			if o.namespace != nil {
-				if versions = namespaced[*o.namespace]; versions == nil {
-					versions = byAPIVersion{}
-					namespaced[*o.namespace] = versions
-				}
-			}
-			kinds := versions[r.APIVersion]
-			if kinds == nil {
-				kinds = byKind{}
-				versions[r.APIVersion] = kinds
-			}
-			if kinds[r.Kind] == nil {
-				kinds[r.Kind] = byName{}
-			}
-			kinds[r.Kind][*o.name] = o.raw
-		}
-	}
-	return map[string]any{"cluster": cluster, "namespace": namespaced}
-}
-
-// opaInventory places the objects by plural name, namespace if they have
-// one, and name. A plural that has no object is absent, as in Kubewarden.
-func (rc *regoContext) opaInventory(ctx context.Context, lists [][]object) (map[string]any, error) {
-	plurals := make([]string, len(rc.resources))
-	for i, r := range rc.resources {
-		out, err := rc.reader.ResourcePluralName(ctx, r.APIVersion, r.Kind)
-		if err != nil {
-			return nil, &contextError{msgCallbackFailed + err.Error()}
-		}
-		if err := json.Unmarshal(out, &plurals[i]); err != nil {
-			return nil, &contextError{msgBadPluralName + err.Error()}
-		}
-	}
-	inventory := map[string]any{}
-	for i, objects := range lists {
-		for _, o := range objects {
-			switch scope := inventory[plurals[i]].(type) {
-			case nil:
-				if o.namespace == nil {
-					inventory[plurals[i]] = byName{*o.name: o.raw}
-				} else {
-					inventory[plurals[i]] = map[string]byName{*o.namespace: {*o.name: o.raw}}
-				}
-			case byName:
-				if o.namespace != nil {
-					return nil, &contextError{msgNamespacedInAll}
-				}
-				scope[*o.name] = o.raw
-			case map[string]byName:
-				if o.namespace == nil {
-					return nil, &contextError{msgClusterwideInNS}
-				}
-				if scope[*o.namespace] == nil {
-					scope[*o.namespace] = byName{}
-				}
-				scope[*o.namespace][*o.name] = o.raw
-			}
-		}
-	}
-	return inventory, nil
+	return merged, nil
 }
 
 // asContextError reports whether err is a context that could not be built.

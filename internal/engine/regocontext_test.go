@@ -2,14 +2,18 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/wardenhq/warden/internal/admission"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/logtest"
 	"github.com/wardenhq/warden/internal/metadata"
@@ -68,7 +72,7 @@ func contextRunner(t *testing.T, p regoPolicy, settings string, granted []Contex
 		t.Fatal(err)
 	}
 	r, err := newRegoRunner(context.Background(), rt, mod, p.mode, []byte(settings),
-		newRegoContext(granted, hostcap.NewHost(rec), logger), 2, logger)
+		newRegoContext(nil, granted, p.mode, []byte(settings), hostcap.NewHost(rec), logger), 2, logger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +206,7 @@ func TestRegoContextErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		r, err := newRegoRunner(context.Background(), rt, mod, metadata.ModeGatekeeper, []byte("{}"),
-			newRegoContext([]ContextAwareResource{ingressKind}, nil, slog.New(slog.DiscardHandler)), 2, nil)
+			newRegoContext(nil, []ContextAwareResource{ingressKind}, metadata.ModeGatekeeper, []byte("{}"), nil, slog.New(slog.DiscardHandler)), 2, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,41 +216,6 @@ func TestRegoContextErrors(t *testing.T) {
 			t.Errorf("got %v", err)
 		}
 	})
-}
-
-// BenchmarkGatekeeperInventory evaluates the unique-host policy against an
-// inventory of 1,000 Ingresses: listed (here from a replayed session),
-// built and parsed into the guest at every evaluation, or kept while the
-// cluster does not change, when only the guest's parse of it remains.
-func BenchmarkGatekeeperInventory(b *testing.B) {
-	items := make([]string, 1000)
-	for i := range items {
-		items[i] = ingress(fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("ingress-%04d", i), fmt.Sprintf("host-%04d.example.com", i))
-	}
-	session := &hostcap.Session{Exchanges: []hostcap.Exchange{listed(ingressKind, items...)}}
-	for _, tracked := range []bool{false, true} {
-		name := map[bool]string{false: "listed", true: "kept"}[tracked]
-		b.Run(name, func(b *testing.B) {
-			rt := newTestRuntime(b)
-			mod, err := rt.CompileOPA(context.Background(), regoBuild(b, uniqueIngressHost))
-			if err != nil {
-				b.Fatal(err)
-			}
-			caps := &changeClock{Host: hostcap.NewHost(hostcap.NewReplayer(session, "cluster.yml", nil)), tracked: tracked}
-			r, err := newRegoRunner(context.Background(), rt, mod, metadata.ModeGatekeeper, []byte("{}"),
-				newRegoContext([]ContextAwareResource{ingressKind}, caps, slog.New(slog.DiscardHandler)), 2, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer r.close(context.Background())
-			in := ingressRequest("news", "blog", "host-0500.example.com")
-			for b.Loop() {
-				if resp := answer(context.Background(), r, in); resp.Allowed {
-					b.Fatal("accepted a taken host")
-				}
-			}
-		})
-	}
 }
 
 // changeClock stands in for the reflectors' change tracking, which needs a
@@ -284,7 +253,7 @@ func TestRegoContextKeptUntilChange(t *testing.T) {
 	}}, "cluster.yml", nil))
 	clock := &changeClock{Host: hostcap.NewHost(rec), tracked: true}
 	r, err := newRegoRunner(context.Background(), rt, mod, metadata.ModeGatekeeper, []byte("{}"),
-		newRegoContext([]ContextAwareResource{ingressKind}, clock, slog.New(slog.DiscardHandler)), 2, nil)
+		newRegoContext(nil, []ContextAwareResource{ingressKind}, metadata.ModeGatekeeper, []byte("{}"), clock, slog.New(slog.DiscardHandler)), 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,5 +282,238 @@ func TestRegoContextKeptUntilChange(t *testing.T) {
 	evaluate()
 	if n := lists(); n != 3 {
 		t.Errorf("%d lists when changes cannot be told, want 3", n)
+	}
+}
+
+// dataLoads is how many data documents r's instances have parsed.
+func dataLoads(r runner) int64 {
+	switch r := r.(type) {
+	case gatekeeperRunner:
+		return r.opa.DataLoads()
+	case opaRunner:
+		return r.opa.DataLoads()
+	}
+	panic(fmt.Sprintf("%T is not a Rego runner", r))
+}
+
+// TestRegoContextVersions: the instances parse the cluster's data once per
+// version of it; a new version replaces the old one, of which nothing
+// remains; a list that brings the same bytes is no new version.
+func TestRegoContextVersions(t *testing.T) {
+	rt := newTestRuntime(t)
+	mod, err := rt.CompileOPA(context.Background(), regoBuild(t, uniqueIngressHost))
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := ingress("shop", "web", "shop.example.com")
+	moved := ingress("shop", "web", "www.example.com")
+	rec := hostcap.NewRecorder(hostcap.NewReplayer(&hostcap.Session{Exchanges: []hostcap.Exchange{
+		listed(ingressKind, web), listed(ingressKind, web), listed(ingressKind, moved),
+	}}, "cluster.yml", nil))
+	// A reader that cannot tell changes: every evaluation lists.
+	r, err := newRegoRunner(context.Background(), rt, mod, metadata.ModeGatekeeper, []byte("{}"),
+		newRegoContext(nil, []ContextAwareResource{ingressKind}, metadata.ModeGatekeeper, []byte("{}"), hostcap.NewHost(rec), slog.New(slog.DiscardHandler)), 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close(context.Background())
+	loads := dataLoads(r) // NewOPA's
+	steps := []struct {
+		name  string
+		host  string
+		taken bool
+		loads int64 // data loads since NewOPA's
+	}{
+		{"first version", "shop.example.com", true, 1},
+		{"the same bytes listed again", "shop.example.com", true, 1},
+		{"a new version: the old host is free", "shop.example.com", false, 2},
+	}
+	for _, s := range steps {
+		resp := answer(context.Background(), r, ingressRequest("news", "blog", s.host))
+		if resp.Allowed == s.taken {
+			t.Errorf("%s: %s allowed %v, want %v", s.name, s.host, resp.Allowed, !s.taken)
+		}
+		if n := dataLoads(r) - loads; n != s.loads {
+			t.Errorf("%s: %d data loads, want %d", s.name, n, s.loads)
+		}
+	}
+}
+
+// TestRegoInventoriesShared: the policies granted the same kinds in the same
+// mode share one inventory, listed once per change for all of them, each
+// with its own settings in opa mode; it is freed with the last of them.
+func TestRegoInventoriesShared(t *testing.T) {
+	rt := newTestRuntime(t)
+	rec := hostcap.NewRecorder(hostcap.NewReplayer(&hostcap.Session{Exchanges: []hostcap.Exchange{
+		listed(configMapKind, `{"metadata":{"name":"a","namespace":"team-a"}}`, `{"metadata":{"name":"b","namespace":"team-a"}}`),
+		listed(namespaceKind, `{"metadata":{"name":"team-a"}}`),
+		plural(configMapKind, "configmaps"), plural(namespaceKind, "namespaces"),
+		listed(ingressKind, ingress("shop", "web", "shop.example.com")),
+	}}, "cluster.yml", nil))
+	clock := &changeClock{Host: hostcap.NewHost(rec), tracked: true}
+	logs := &logtest.Buffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	var shared regoInventories
+	newRunner := func(p regoPolicy, settings string, granted ...ContextAwareResource) runner {
+		t.Helper()
+		mod, err := rt.CompileOPA(context.Background(), regoBuild(t, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := newRegoRunner(context.Background(), rt, mod, p.mode, []byte(settings),
+			newRegoContext(&shared, granted, p.mode, []byte(settings), clock, logger), 2, logger)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// Two opa policies over ConfigMaps and Namespaces, granted in different
+	// orders, with different limits; two Gatekeeper policies over Ingresses.
+	limit2 := newRunner(frozenNamespaces, `{"max_configmaps":2,"kubernetes":"overwritten"}`, namespaceKind, configMapKind)
+	limit3 := newRunner(frozenNamespaces, `{"max_configmaps":3}`, configMapKind, namespaceKind)
+	hosts1 := newRunner(uniqueIngressHost, "{}", ingressKind)
+	hosts2 := newRunner(uniqueIngressHost, "{}", ingressKind)
+	if n := len(shared.byKey); n != 2 {
+		t.Errorf("%d inventories for two sets of kinds, want 2", n)
+	}
+	configMap := evalInput{request: []byte(`{"uid":"u1","kind":{"group":"","version":"v1","kind":"ConfigMap"},` +
+		`"operation":"CREATE","namespace":"team-a","name":"new","object":{"metadata":{"name":"new"}}}`), settings: []byte("{}")}
+	for range 2 {
+		checkVerdicts(t, limit2, []verdict{{"limit 2", configMap, false, "namespace team-a has 2 ConfigMaps already"}})
+		checkVerdicts(t, limit3, []verdict{{"limit 3", configMap, true, ""}})
+		for _, r := range []runner{hosts1, hosts2} {
+			checkVerdicts(t, r, []verdict{{"a taken host", ingressRequest("news", "blog", "shop.example.com"), false,
+				"host <shop.example.com> is taken by ingress shop/web"}})
+		}
+	}
+	// One build of each inventory: two lists and two plural names, one list.
+	if n := len(rec.Session().Exchanges); n != 5 {
+		t.Errorf("%d requests to the cluster for four policies evaluated twice, want 5", n)
+	}
+	if got := strings.Count(logs.String(), "user provided setting with key `kubernetes`"); got != 1 {
+		t.Errorf("%d warnings about the kubernetes setting, want 1 (limit2's, once per version); logs:\n%s", got, logs.String())
+	}
+	// Evaluations that find the inventory stale at once share one build.
+	clock.change()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			r := []runner{hosts1, hosts2}[i%2]
+			if resp := answer(context.Background(), r, ingressRequest("news", "blog", "shop.example.com")); resp.Allowed {
+				t.Error("a taken host was accepted after a change")
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(rec.Session().Exchanges); n != 6 {
+		t.Errorf("%d requests to the cluster after a change, want 6: one more list for both Gatekeeper policies", n)
+	}
+	for _, r := range []runner{limit2, limit3, hosts1, hosts2} {
+		r.close(context.Background())
+	}
+	if n := len(shared.byKey); n != 0 {
+		t.Errorf("%d inventories once every policy is closed, want 0", n)
+	}
+}
+
+// TestInventoryJSON checks that the data assembled from the objects' bytes
+// is what json.Marshal of the nested maps gives, byte for byte, when the
+// objects are compact: keys sorted, the last of two objects of one name
+// winning.
+func TestInventoryJSON(t *testing.T) {
+	str := func(s string) *string { return &s }
+	obj := func(ns *string, name, body string) object {
+		return object{name: str(name), namespace: ns, raw: json.RawMessage(body)}
+	}
+	team, ops := str("team-b"), str("ops")
+	resources := []ContextAwareResource{namespaceKind, {APIVersion: "v1", Kind: "Secret"}, configMapKind}
+	lists := [][]object{
+		{obj(nil, "zeta", `{"n":1}`), obj(nil, "alpha", `{"n":2}`), obj(nil, `we"ird\name`, `{"n":3}`)},
+		{obj(team, "s", `{"s":1}`)},
+		{obj(team, "b", `{"c":1}`), obj(ops, "a", `{"c":2}`), obj(team, "a", `{"c":3}`), obj(team, "b", `{"c":4}`)},
+	}
+	type byName map[string]json.RawMessage
+	wantGatekeeper, _ := json.Marshal(map[string]any{"inventory": map[string]any{
+		"cluster": map[string]map[string]byName{"v1": {"Namespace": {"zeta": lists[0][0].raw, "alpha": lists[0][1].raw, `we"ird\name`: lists[0][2].raw}}},
+		"namespace": map[string]map[string]map[string]byName{
+			"team-b": {"v1": {"Secret": {"s": lists[1][0].raw}, "ConfigMap": {"a": lists[2][2].raw, "b": lists[2][3].raw}}},
+			"ops":    {"v1": {"ConfigMap": {"a": lists[2][1].raw}}},
+		},
+	}})
+	if got := gatekeeperData(resources, lists); string(got) != string(wantGatekeeper) {
+		t.Errorf("gatekeeper data:\n%s\nwant\n%s", got, wantGatekeeper)
+	}
+	if got, want := gatekeeperData(resources, make([][]object, 3)), `{"inventory":{"cluster":{},"namespace":{}}}`; string(got) != want {
+		t.Errorf("empty gatekeeper data: %s, want %s", got, want)
+	}
+
+	wantOPA, _ := json.Marshal(map[string]any{
+		"namespaces": byName{"zeta": lists[0][0].raw, "alpha": lists[0][1].raw, `we"ird\name`: lists[0][2].raw},
+		"things": map[string]byName{
+			"team-b": {"s": lists[1][0].raw, "a": lists[2][2].raw, "b": lists[2][3].raw},
+			"ops":    {"a": lists[2][1].raw},
+		},
+	})
+	got, err := opaInventory([]string{"namespaces", "things", "things"}, lists)
+	if err != nil || string(got) != string(wantOPA) {
+		t.Errorf("opa inventory:\n%s, %v\nwant\n%s", got, err, wantOPA)
+	}
+
+	for _, tt := range []struct{ settings, want string }{
+		{`null`, `{"kubernetes":{"k":1}}`},
+		{`{"z":[1,2],"kubernetes":"x","a":{"b":true}}`, `{"a":{"b":true},"kubernetes":{"k":1},"z":[1,2]}`},
+	} {
+		got, overwritten, err := opaData(json.RawMessage(tt.settings), []byte(`{"k":1}`))
+		if err != nil || string(got) != tt.want || overwritten != strings.Contains(tt.settings, "kubernetes") {
+			t.Errorf("opa data of %s: %s, %v, %v; want %s", tt.settings, got, overwritten, err, tt.want)
+		}
+	}
+	if _, _, err := opaData(json.RawMessage(`[1]`), []byte(`{}`)); err == nil {
+		t.Error("opa data of settings that are not an object: no error")
+	}
+}
+
+// TestEnvironmentSharesInventories: the Rego policies of an Environment
+// granted the same kinds share one inventory, which goes with the last of
+// them.
+func TestEnvironmentSharesInventories(t *testing.T) {
+	rec := hostcap.NewRecorder(hostcap.NewReplayer(&hostcap.Session{Exchanges: []hostcap.Exchange{
+		listed(ingressKind, ingress("shop", "web", "shop.example.com")),
+	}}, "cluster.yml", nil))
+	f := newEnvFixture(t, &changeClock{Host: hostcap.NewHost(rec), tracked: true})
+	mod, err := metadata.Embed(regoBuild(t, uniqueIngressHost), &metadata.Metadata{ExecutionMode: metadata.ModeGatekeeper, ProtocolVersion: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.dir, "hosts.wasm"), mod, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const policy = "{module: file://{dir}/hosts.wasm, contextAwareResources: [{apiVersion: networking.k8s.io/v1, kind: Ingress}]}"
+	if err := f.env.Init(context.Background(), f.configs("a: "+policy+"\nb: "+policy+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1",` +
+		`"kind":{"group":"networking.k8s.io","version":"v1","kind":"Ingress"},"operation":"CREATE","namespace":"news","name":"blog",` +
+		`"object":{"metadata":{"name":"blog","namespace":"news"},"spec":{"rules":[{"host":"shop.example.com"}]}}}}`
+	for _, id := range []string{"a", "b", "a"} {
+		req, err := admission.DecodeReview([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := f.env.Validate(context.Background(), id, req, OriginValidate)
+		if err != nil || resp.Allowed {
+			t.Fatalf("policy %s: %+v, %v; want a rejection", id, resp, err)
+		}
+		req.Release()
+	}
+	if n := len(rec.Session().Exchanges); n != 1 {
+		t.Errorf("%d lists for two policies, want 1", n)
+	}
+	f.env.Apply(context.Background(), map[string]*PolicyConfig{})
+	f.env.inventories.mu.Lock()
+	n := len(f.env.inventories.byKey)
+	f.env.inventories.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d inventories once the policies are removed, want 0", n)
 	}
 }

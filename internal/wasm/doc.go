@@ -15,15 +15,16 @@
 // instance maps it copy-on-write. After each call the instance is put back into
 // exactly the saved state: the pages the call wrote are copied back from the
 // snapshot (the kernel's page map says which ones), and every mutable global is
-// restored (the module is rewritten at load time to export them). A call that
-// traps, times out or grows memory discards its instance instead. See
-// snapshot_linux.go.
+// restored (the module is rewritten at load time to export them). Memory a
+// call grew is emptied, and kept within a bound (idle.go). A call that traps
+// or times out discards its instance instead. See snapshot_linux.go.
 //
 // WASI commands get the same treatment mid-run (wasi_pool.go): each pooled
 // instance runs _start once; at its first read of stdin the call stack, memory
 // and globals are saved, and every request resumes the guest inside that read
 // from the saved state. OPA modules reset their heap pointer before every
-// evaluation, as OPA's own SDKs do.
+// evaluation, as OPA's own SDKs do, to the mark after their data, which they
+// parse once per version of it (opa.go).
 //
 // # Limits
 //

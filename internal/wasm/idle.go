@@ -16,15 +16,31 @@ func newIdleSet[T any](max int) idleSet[T] {
 	return idleSet[T]{max: max}
 }
 
-// take removes and returns an idle instance, if there is one.
-func (s *idleSet[T]) take() (in T, ok bool) {
+// take removes and returns an idle instance, if there is one: the most
+// recently kept of those prefer accepts, or else the most recently kept.
+// prefer may be nil.
+func (s *idleSet[T]) take(prefer func(T) bool) (in T, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if n := len(s.items); n > 0 {
-		in, s.items = s.items[n-1], s.items[:n-1]
-		return in, true
+	n := len(s.items)
+	if n == 0 {
+		return in, false
 	}
-	return in, false
+	i := n - 1
+	if prefer != nil {
+		for j := n - 1; j >= 0; j-- {
+			if prefer(s.items[j]) {
+				i = j
+				break
+			}
+		}
+	}
+	in = s.items[i]
+	copy(s.items[i:], s.items[i+1:])
+	var zero T
+	s.items[n-1] = zero
+	s.items = s.items[:n-1]
+	return in, true
 }
 
 // keep stores in for a later call. It reports false when the set is closed
@@ -46,4 +62,20 @@ func (s *idleSet[T]) drain() []T {
 	items := s.items
 	s.items, s.closed = nil, true
 	return items
+}
+
+// keptGrowth bounds how much a call may have grown an instance's memory for
+// the instance to be kept for the next call, beyond what the instance needs
+// between calls (its baseline: a waPC module's snapshot, an OPA module with
+// its data loaded): the larger of keptGrowth and the baseline itself. The
+// memory of idle instances is therefore at most about twice their baseline
+// plus keptGrowth each, and the idle set bounds how many there are. A call
+// that needs more than that, a one-off huge request, leaves an instance that
+// is closed rather than kept.
+const keptGrowth = 16 << 20
+
+// keepGrown reports whether an instance whose memory is size bytes, of which
+// its baseline needs base, may be kept.
+func keepGrown(size, base uint64) bool {
+	return size <= base+max(base, keptGrowth)
 }

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
 // OPA's WebAssembly ABI (compat 2.2), for modules built by
@@ -22,11 +24,21 @@ import (
 // instantiated once per Runtime; what they need for the evaluation at hand
 // travels in the call's context, as for waPC.
 //
-// Isolation: each instance loads the data once and remembers the heap
-// pointer right after it; every evaluation starts by setting the heap
-// pointer back there, which drops whatever the previous evaluation
+// Data: an instance parses a data document (OPAData) once and remembers the
+// heap pointer right after it; evaluations with the same document reuse it.
+// Given another document (the cluster changed), the instance sets the heap
+// pointer back to where it was before any data, parses the new document
+// there and remembers the new mark.
+//
+// Isolation: every evaluation starts by setting the heap pointer back to the
+// mark after the data, which drops whatever the previous evaluation
 // allocated (OPA's own SDKs do the same). An instance whose evaluation
-// failed, timed out or grew its memory is thrown away.
+// failed or timed out is thrown away; one whose memory grew is kept within
+// the bound of keepGrown, measured from the mark after its data.
+//
+// Memory: instances live on the package's mmap-backed linear memory
+// (snapshot_linux.go, without a snapshot), so that growing it never moves
+// or copies it.
 
 // Names and limits of the OPA ABI.
 const (
@@ -101,34 +113,62 @@ func (r *Runtime) CompileOPA(ctx context.Context, module []byte) (*Module, error
 // An error stops the evaluation, and Eval returns it.
 type OPABuiltinFunc func(name string, args [][]byte) ([]byte, error)
 
-// OPA evaluates the first entrypoint of a module compiled by CompileOPA,
-// with fixed data. It is safe for concurrent use; each evaluation runs on an
-// instance of its own.
+// OPAData is a data document for OPA evaluations, with an identity: an
+// instance parses a document once, and keeps it for every evaluation given
+// the same OPAData. NewOPAData makes one; the zero value stands for the data
+// NewOPA was given. It is a small value, to copy freely.
+type OPAData struct {
+	id   uint64
+	json []byte
+}
+
+var opaDataIDs atomic.Uint64
+
+// NewOPAData returns doc, a JSON document, as data with an identity of its
+// own. doc must not change afterwards. Make a new OPAData only when the
+// document changes: every new one is parsed again by every instance it
+// reaches.
+func NewOPAData(doc []byte) OPAData {
+	return OPAData{id: opaDataIDs.Add(1), json: doc}
+}
+
+// ID identifies d: two OPAData with the same ID hold the same document. The
+// zero value's is 0; those of NewOPAData increase with each call.
+func (d OPAData) ID() uint64 { return d.id }
+
+// JSON returns the document.
+func (d OPAData) JSON() []byte { return d.json }
+
+// OPA evaluates the first entrypoint of a module compiled by CompileOPA. It
+// is safe for concurrent use; each evaluation runs on an instance of its
+// own.
 type OPA struct {
 	r        *Runtime
 	mod      *Module
-	data     []byte
+	data     OPAData          // the data of NewOPA
 	builtins map[int32]string // the builtins left to the host, by id
 
-	idle idleSet[*opaInstance]
+	idle  idleSet[*opaInstance]
+	loads atomic.Int64 // data documents parsed, for DataLoads
 }
 
-// opaInstance is one instance of an OPA module with its data loaded. It is
-// used by one goroutine at a time.
+// opaInstance is one instance of an OPA module with a data document loaded.
+// It is used by one goroutine at a time.
 type opaInstance struct {
 	interruptible
-	r       *Runtime
-	mod     api.Module
-	fn      [opaFuncCount]api.Function
-	data    uint64 // address of the data value
-	heap    uint64 // heap pointer right after the data was loaded
-	memSize uint32 // memory size then, in bytes
+	r      *Runtime
+	mod    api.Module
+	fn     [opaFuncCount]api.Function
+	base   uint64 // heap pointer before any data
+	dataID uint64 // the OPAData loaded, 0 before the first
+	data   uint64 // address of its value
+	heap   uint64 // heap pointer right after it
 }
 
-// NewOPA prepares m for evaluations with data, a JSON document it keeps: it
-// instantiates m once, under ctx's deadline, to read which builtins it
-// leaves to the host and check it has entrypoint 0. maxIdle bounds the
-// instances kept between evaluations.
+// NewOPA prepares m for evaluations with data, a JSON document it keeps as
+// the data of Eval: it instantiates m once, under ctx's deadline, to read
+// which builtins it leaves to the host, check it has entrypoint 0 and parse
+// data. maxIdle bounds the instances kept between evaluations.
 func (r *Runtime) NewOPA(ctx context.Context, m *Module, data []byte, maxIdle int) (*OPA, error) {
 	if len(m.compiled.ImportedMemories()) > 0 {
 		return nil, errors.New("the module imports its memory: compile it with CompileOPA")
@@ -136,7 +176,7 @@ func (r *Runtime) NewOPA(ctx context.Context, m *Module, data []byte, maxIdle in
 	if err := r.instantiateOPAHost(ctx); err != nil {
 		return nil, fmt.Errorf("instantiating the OPA host functions: %w", err)
 	}
-	o := &OPA{r: r, mod: m, data: data, idle: newIdleSet[*opaInstance](max(maxIdle, 1))}
+	o := &OPA{r: r, mod: m, data: NewOPAData(data), idle: newIdleSet[*opaInstance](max(maxIdle, 1))}
 	ctx, leave, err := r.enterGuest(ctx)
 	if err != nil {
 		return nil, err
@@ -147,6 +187,10 @@ func (r *Runtime) NewOPA(ctx context.Context, m *Module, data []byte, maxIdle in
 		return nil, err
 	}
 	if err := o.inspect(ctx, in); err != nil {
+		in.close(ctx)
+		return nil, err
+	}
+	if err := o.load(ctx, in, o.data); err != nil {
 		in.close(ctx)
 		return nil, err
 	}
@@ -196,10 +240,22 @@ func (o *OPA) Builtins() []string {
 	return names
 }
 
-// instantiate creates an instance and loads the data into it.
+// instantiate creates an instance, on memory of our own, without data.
 func (o *OPA) instantiate(ctx context.Context) (*opaInstance, error) {
-	mod, err := o.r.instantiate(ctx, o.mod, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	var memErr error
+	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
+		mem, err := newLinearMemory(max, nil)
+		if err != nil {
+			memErr = err
+			panic(err) // wazero surfaces a failed allocation as a panic
+		}
+		return mem
+	}))
+	mod, err := o.r.instantiate(ictx, o.mod, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
+		if memErr != nil {
+			return nil, memErr
+		}
 		return nil, fmt.Errorf("instantiating module: %w", callError(ctx, err, "", false))
 	}
 	in := &opaInstance{r: o.r, mod: mod}
@@ -221,37 +277,63 @@ func (o *OPA) instantiate(ctx context.Context) (*opaInstance, error) {
 		}
 	}
 	c.call(fnMalloc, 0) // sets the heap up, as OPA's SDK does
-	in.data = c.value(fnJSONParse, o.data, "data")
-	in.heap = c.call(fnHeapGet)
+	in.base = c.call(fnHeapGet)
 	if err := c.result(ctx, nil, done()); err != nil {
 		in.close(ctx)
-		return nil, fmt.Errorf("loading the policy data: %w", err)
+		return nil, fmt.Errorf("instantiating module: %w", err)
 	}
-	in.memSize = mod.Memory().Size()
 	return in, nil
 }
 
-func (in *opaInstance) close(ctx context.Context) { in.r.closeInstance(ctx, in.mod) }
-
-// Eval evaluates entrypoint 0 with input (a JSON document) and returns the
-// result set as JSON, `[{"result": ...}]`, or `[]` when it is undefined.
-// builtins runs the builtins the module leaves to the host. The evaluation
-// is bounded by ctx: past its deadline the instance is stopped and
-// ErrDeadlineExceeded returned.
-func (o *OPA) Eval(ctx context.Context, input []byte, builtins OPABuiltinFunc) ([]byte, error) {
-	return o.EvalWithData(ctx, input, nil, builtins)
+// load parses data into in, in place of the data it had: the heap is set
+// back to where it was before any data, so nothing of the old document, nor
+// of the evaluations that read it, stays reachable. An instance whose load
+// failed must be closed.
+func (o *OPA) load(ctx context.Context, in *opaInstance, data OPAData) error {
+	o.loads.Add(1)
+	c := &opaCaller{in: in, ctx: ctx}
+	done := in.guard(ctx)
+	c.call(fnHeapSet, in.base)
+	addr := c.value(fnJSONParse, data.json, "data")
+	heap := c.call(fnHeapGet)
+	if err := c.result(ctx, nil, done()); err != nil {
+		return fmt.Errorf("loading the policy data: %w", err)
+	}
+	in.dataID, in.data, in.heap = data.id, addr, heap
+	return nil
 }
 
-// EvalWithData is Eval with data, a JSON document, in place of the data
-// NewOPA was given, for this evaluation only: it is parsed into the heap
-// the evaluation leaves behind.
-func (o *OPA) EvalWithData(ctx context.Context, input, data []byte, builtins OPABuiltinFunc) ([]byte, error) {
+// DataLoads is how many times the instances have loaded a data document,
+// NewOPA's included. It exists for tests and metrics that check a document
+// is parsed once per instance and version.
+func (o *OPA) DataLoads() int64 { return o.loads.Load() }
+
+func (in *opaInstance) close(ctx context.Context) { in.r.closeInstance(ctx, in.mod) }
+
+// Eval evaluates entrypoint 0 with input (a JSON document) and the data
+// NewOPA was given, and returns the result set as JSON, `[{"result": ...}]`,
+// or `[]` when it is undefined. builtins runs the builtins the module leaves
+// to the host. The evaluation is bounded by ctx: past its deadline the
+// instance is stopped and ErrDeadlineExceeded returned.
+func (o *OPA) Eval(ctx context.Context, input []byte, builtins OPABuiltinFunc) ([]byte, error) {
+	return o.EvalWithData(ctx, input, OPAData{}, builtins)
+}
+
+// EvalWithData is Eval with data in place of the data NewOPA was given (the
+// zero OPAData: that data). The evaluation runs on an instance that holds
+// data already when one is idle; otherwise the instance parses it first, the
+// same cost as NewOPA's, and keeps it for later evaluations. Loading the
+// data is bounded by ctx too, and fails with "loading the policy data".
+func (o *OPA) EvalWithData(ctx context.Context, input []byte, data OPAData, builtins OPABuiltinFunc) ([]byte, error) {
+	if data.id == 0 {
+		data = o.data
+	}
 	ctx, leave, err := o.r.enterGuest(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
-	in, err := o.get(ctx)
+	in, err := o.get(ctx, data)
 	if err != nil {
 		return nil, err
 	}
@@ -260,13 +342,9 @@ func (o *OPA) EvalWithData(ctx context.Context, input, data []byte, builtins OPA
 	done := in.guard(ctx)
 	c.call(fnHeapSet, in.heap)
 	inputAddr := c.value(fnJSONParse, input, "input")
-	dataAddr := in.data
-	if data != nil {
-		dataAddr = c.value(fnJSONParse, data, "data")
-	}
 	ec := c.call(fnCtxNew)
 	c.call(fnCtxSetInput, ec, inputAddr)
-	c.call(fnCtxSetData, ec, dataAddr)
+	c.call(fnCtxSetData, ec, in.data)
 	c.call(fnCtxSetEntrypoint, ec, opaEntrypoint)
 	c.call(fnEval, ec)
 	out := c.json(c.call(fnCtxGetResult, ec))
@@ -278,25 +356,33 @@ func (o *OPA) EvalWithData(ctx context.Context, input, data []byte, builtins OPA
 	return out, nil
 }
 
-// get returns an idle instance or a new one.
-func (o *OPA) get(ctx context.Context) (*opaInstance, error) {
-	if in, ok := o.idle.take(); ok {
-		return in, nil
+// get returns an instance with data loaded: an idle one that holds it, or
+// else an idle one that loads it, or else a new one.
+func (o *OPA) get(ctx context.Context, data OPAData) (*opaInstance, error) {
+	in, ok := o.idle.take(func(in *opaInstance) bool { return in.dataID == data.id })
+	if !ok {
+		var err error
+		if in, err = o.instantiate(ctx); err != nil {
+			return nil, err
+		}
 	}
-	return o.instantiate(ctx)
+	if in.dataID != data.id {
+		if err := o.load(ctx, in, data); err != nil {
+			in.close(ctx)
+			return nil, err
+		}
+	}
+	return in, nil
 }
 
-// keptOPAMemory is how large an instance's memory may have grown and the
-// instance still be kept. The next evaluation starts from the heap pointer
-// of after the data, whatever the size, so this bounds only the memory
-// idle instances hold: enough for the cluster data a Rego policy reads at
-// every evaluation (EvalWithData), not for a one-off huge request.
-const keptOPAMemory = 16 << 20
-
-// put keeps a used instance, or closes it when its memory grew past
-// keptOPAMemory or enough instances are idle.
+// put keeps a used instance, or closes it when its evaluation grew its
+// memory past what keepGrown allows above the data (the heap mark after it),
+// or enough instances are idle. The next evaluation starts from that mark
+// whatever the size, so the bound is on the memory idle instances hold:
+// the data a Rego policy reads, however large, and some room to evaluate,
+// not what a one-off huge request needed.
 func (o *OPA) put(ctx context.Context, in *opaInstance) {
-	if size := in.mod.Memory().Size(); size != in.memSize && size > keptOPAMemory || !o.idle.keep(in) {
+	if !keepGrown(uint64(in.mod.Memory().Size()), in.heap) || !o.idle.keep(in) {
 		in.close(ctx)
 	}
 }

@@ -220,29 +220,99 @@ func jsonEqual(a, b []byte) bool {
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
-// TestOPAEvalWithData: data given to one evaluation serves that evaluation
-// only, also when parsing it grew the instance's memory and the instance
-// is kept for the next.
+// TestOPAEvalWithData: an instance parses a data document once and keeps
+// it for every evaluation given the same OPAData, also when parsing it grew
+// the instance's memory well past what the module needs; another document
+// takes its place, and nothing of the old one remains.
 func TestOPAEvalWithData(t *testing.T) {
 	rt := newRuntime(t, wasm.Config{})
 	o := newOPA(t, rt, "abi.rego", "abi/result", `{"greeting":"hello"}`, 1)
 	var f fakeBuiltins
 	ctx := context.Background()
 	input := []byte(`{"name":"n","size":"1Ki","members":["a"]}`)
-	before, err := o.Eval(ctx, input, f.call)
-	if err != nil {
-		t.Fatal(err)
+	eval := func(data wasm.OPAData) string {
+		t.Helper()
+		out, err := o.EvalWithData(ctx, input, data, f.call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
 	}
-	big := fmt.Sprintf(`{"greeting":"big","padding":%q}`, strings.Repeat("x", 4<<20))
+	loads := o.DataLoads() // NewOPA's
+	before := eval(wasm.OPAData{})
+	big := wasm.NewOPAData(fmt.Appendf(nil, `{"greeting":"big","padding":%q}`, strings.Repeat("x", 12<<20)))
 	for range 3 {
-		out, err := o.EvalWithData(ctx, input, []byte(big), f.call)
 		// The fake sprintf echoes its arguments.
-		if err != nil || !strings.Contains(string(out), `[\"big\", \"n\"]`) {
-			t.Fatalf("with data: %.200s, %v", out, err)
+		if out := eval(big); !strings.Contains(out, `[\"big\", \"n\"]`) {
+			t.Fatalf("with the big data: %.200s", out)
 		}
 	}
-	after, err := o.Eval(ctx, input, f.call)
-	if err != nil || !jsonEqual(after, before) {
-		t.Errorf("after: %s, %v; want %s", after, err, before)
+	if n := o.DataLoads() - loads; n != 1 {
+		t.Errorf("the big data was parsed %d times for 3 evaluations on one instance, want once", n)
+	}
+	if n := rt.LiveInstances(); n != 1 {
+		t.Errorf("%d live instances, want the one grown by the big data", n)
+	}
+	// A document without a greeting: the old one's is gone.
+	if out := eval(wasm.NewOPAData([]byte(`{"other":1}`))); !strings.Contains(out, `"greeting":"none"`) {
+		t.Errorf("with data without a greeting: %s", out)
+	}
+	if after := eval(wasm.OPAData{}); !jsonEqual([]byte(after), []byte(before)) {
+		t.Errorf("back to NewOPA's data: %s, want %s", after, before)
+	}
+	if n := o.DataLoads() - loads; n != 3 {
+		t.Errorf("%d data loads for three documents in turn, want 3", n)
+	}
+	// A document the policy cannot parse fails the evaluation; the next one
+	// gets a good instance.
+	if _, err := o.EvalWithData(ctx, input, wasm.NewOPAData([]byte(`{"greeting":`)), f.call); err == nil ||
+		!strings.Contains(err.Error(), "loading the policy data: the policy cannot parse the data") {
+		t.Errorf("unparsable data: error = %v", err)
+	}
+	if after := eval(wasm.OPAData{}); !jsonEqual([]byte(after), []byte(before)) {
+		t.Errorf("after unparsable data: %s, want %s", after, before)
+	}
+}
+
+// TestOPADataVersions runs evaluations with two versions of the data at
+// once: each gets the answer of its own version, and the idle instances
+// that hold a version serve it without parsing it again.
+func TestOPADataVersions(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	o := newOPA(t, rt, "abi.rego", "abi/result", `{}`, 4)
+	versions := []wasm.OPAData{
+		wasm.NewOPAData([]byte(`{"greeting":"old"}`)),
+		wasm.NewOPAData([]byte(`{"greeting":"new"}`)),
+	}
+	var f fakeBuiltins
+	var wg sync.WaitGroup
+	errs := make(chan error, 80)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 10 {
+				v := (g + i) % 2
+				out, err := o.EvalWithData(context.Background(), []byte(`{"name":"n"}`), versions[v], f.call)
+				want := fmt.Sprintf(`[\"%s\", \"n\"]`, []string{"old", "new"}[v])
+				if err != nil || !strings.Contains(string(out), want) {
+					errs <- fmt.Errorf("version %d: %s, %v", v, out, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// Serial evaluations of the new version, on idle instances: at most one
+	// load per instance that did not hold it.
+	loads := o.DataLoads()
+	for range 20 {
+		if _, err := o.EvalWithData(context.Background(), []byte(`{"name":"n"}`), versions[1], f.call); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := o.DataLoads() - loads; n > 1 {
+		t.Errorf("%d data loads for 20 serial evaluations of one version, want at most 1", n)
 	}
 }

@@ -138,7 +138,7 @@ func (w *Wapc) initialise(ctx context.Context, in *instance) error {
 
 // get returns an instance in the snapshot state.
 func (w *Wapc) get(ctx context.Context) (*instance, error) {
-	if in, ok := w.idle.take(); ok {
+	if in, ok := w.idle.take(nil); ok {
 		return in, nil
 	}
 
@@ -170,11 +170,29 @@ func (w *Wapc) get(ctx context.Context) (*instance, error) {
 }
 
 // put resets a used instance and keeps it, or closes it when it cannot be
-// reset exactly (its memory grew) or enough instances are idle.
+// reset or enough instances are idle.
+//
+// A call may grow the memory (a large host-call answer): wasm memory cannot
+// shrink, so the instance is put back with the snapshot's bytes below the
+// snapshot size and zeros above it, and is kept while keepGrown allows. The
+// guest's allocator, restored with the snapshot, knows nothing of the memory
+// above; it sees it as memory.size and gets it zeroed, as fresh memory, when
+// it grows (Go and Rust allocators grow from memory.size or from their own
+// end; either way their new memory reads as zero).
 func (w *Wapc) put(ctx context.Context, in *instance) {
-	if w.snap == nil || in.mod.Memory().Size() != w.pages*pageSize || in.restore(w.globals) != nil || !w.idle.keep(in) {
+	if w.snap == nil || !w.reset(in) || !w.idle.keep(in) {
 		in.close(ctx)
 	}
+}
+
+// reset puts a used instance back in the snapshot state, and reports
+// whether it could.
+func (w *Wapc) reset(in *instance) bool {
+	snapSize, size := uint64(w.pages)*pageSize, uint64(in.mod.Memory().Size())
+	if !keepGrown(size, snapSize) || in.mem.dropAbove(snapSize, size) != nil {
+		return false
+	}
+	return in.restore(w.globals) == nil
 }
 
 // Close releases the idle instances and the snapshot. Calls in flight

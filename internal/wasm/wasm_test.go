@@ -148,7 +148,7 @@ func TestWapcIsolation(t *testing.T) {
 	w := newWapc(t, newRuntime(t, wasm.Config{}), "counter")
 	payloads := []string{
 		`{"request":{},"settings":{}}`,
-		`{"request":{},"settings":{"grow_mb":8}}`, // grows memory: the instance is replaced
+		`{"request":{},"settings":{"grow_mb":8}}`, // grows memory: kept, or replaced once grown too much
 		`{"request":{},"settings":{}}`,
 	}
 	for round := 0; round < 3; round++ {
