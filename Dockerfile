@@ -9,7 +9,9 @@
 # For a release add --build-arg VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD),
 # and with buildx --platform linux/amd64,linux/arm64. The binaries are built with the
 # flags of go run ./hack/image, which builds the same images without Docker, from
-# nothing and reproducibly (docs/images.md). A new binary under cmd/ gets a target
+# nothing and reproducibly (docs/images.md). grpcnotrace keeps gRPC from linking
+# golang.org/x/net/trace, whose templates would keep every exported method in the
+# binaries (about 20 MB of policy-server). A new binary under cmd/ gets a target
 # like the ones below.
 
 ARG GO_VERSION=1.26.8
@@ -26,7 +28,7 @@ ARG TARGETOS TARGETARCH VERSION=dev
 # Every binary at once: they share most packages, so one more costs little.
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -buildvcs=false \
+    go build -trimpath -buildvcs=false -tags grpcnotrace \
       -ldflags "-s -w -X github.com/wardenhq/warden/internal/buildinfo.Version=${VERSION}" \
       -o /out/ ./cmd/...
 

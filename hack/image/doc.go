@@ -1,6 +1,7 @@
 // Command image builds Warden's container images without a Docker daemon:
 // for each binary under cmd/ it compiles a static Go binary (CGO_ENABLED=0,
-// -trimpath, -buildvcs=false, the version set with -ldflags -X) and wraps it
+// -trimpath, -buildvcs=false, -tags grpcnotrace, stripped and with the
+// version set by -ldflags "-s -w -X") and wraps it
 // in a minimal OCI image assembled with go-containerregistry from nothing
 // (no base image is pulled):
 //

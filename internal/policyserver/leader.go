@@ -12,7 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	coordinationv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -48,7 +48,9 @@ const retryFailedInit = 30 * time.Second
 // elect takes part, until ctx is done, in the election of the replica that
 // initialises revisions: the holder of the Lease policy-server-<name>.
 func (r *revisions) elect(ctx context.Context) {
-	cs, err := kubernetes.NewForConfig(r.s.opts.Kube)
+	// The Lease is all the election touches: its typed client alone, not a
+	// clientset that builds a client for every API group.
+	leases, err := coordinationv1.NewForConfig(r.s.opts.Kube)
 	if err != nil {
 		r.logger.ErrorContext(ctx, "cannot take part in the leader election: this replica never initialises revisions", observability.KeyError, err)
 		return
@@ -59,7 +61,7 @@ func (r *revisions) elect(ctx context.Context) {
 	_, _ = rand.Read(suffix)
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: r.ns, Name: "policy-server-" + r.name},
-		Client:     cs.CoordinationV1(),
+		Client:     leases,
 		LockConfig: resourcelock.ResourceLockConfig{Identity: r.pod + "_" + hex.EncodeToString(suffix)},
 	}
 	for ctx.Err() == nil {

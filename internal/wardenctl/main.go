@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/wardenhq/warden/internal/buildinfo"
 	"github.com/wardenhq/warden/internal/observability"
 )
 
@@ -78,12 +77,11 @@ func (a *app) rootCommand() *cobra.Command {
 		Short: "Manage, run and test Kubewarden policies with Warden",
 		Long: "wardenctl runs, benchmarks, publishes and inspects Kubewarden policies. It is " +
 			"compatible with kwctl: same commands, same flags, same store.",
-		Version:           buildinfo.String(),
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
 	}
-	root.SetVersionTemplate(versionLine() + "\n")
+	versionFlag(root)
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "Increase verbosity (debug logs)")
 	root.PersistentFlags().BoolVar(&a.noColor, "no-color", false, "Disable colorful output")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
@@ -178,4 +176,27 @@ func oneLine(s string) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// versionFlag gives root cobra's --version flag, printing versionLine. It
+// does not set root.Version with a version template: cobra runs templates
+// with text/template, whose calls of methods by name make the linker keep
+// every exported method of every type in the binary (about 20 MB of
+// wardenctl built as the images are, -tags grpcnotrace). As cobra does,
+// --help wins over --version.
+func versionFlag(root *cobra.Command) {
+	root.Flags().Bool("version", false, "version for "+root.Name())
+	_ = root.Flags().SetAnnotation("version", cobra.FlagSetByCobraAnnotation, []string{"true"})
+	help := root.HelpFunc()
+	// A root command that does not run asks for its help; with --version
+	// that help is the version.
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		helpFlag, _ := c.Flags().GetBool("help")
+		version, _ := c.Flags().GetBool("version")
+		if c == root && version && !helpFlag {
+			fmt.Fprintln(c.OutOrStdout(), versionLine())
+			return
+		}
+		help(c, args)
+	})
 }

@@ -15,6 +15,7 @@ func TestVersionAndCompletion(t *testing.T) {
 	}{
 		{name: "version", args: []string{"version"}, stdout: "wardenctl (Warden) dev, compatible with Kubewarden " + compatVersion},
 		{name: "--version", args: []string{"--version"}, stdout: "compatible with Kubewarden"},
+		{name: "--help wins over --version", args: []string{"--version", "--help"}, stdout: "Usage:\n  wardenctl [command]"},
 		{name: "bash", args: []string{"completions", "--shell", "bash"}, stdout: "__start_wardenctl"},
 		{name: "zsh, kwctl's short flag", args: []string{"completions", "-s", "zsh"}, stdout: "#compdef wardenctl"},
 		{name: "fish, cobra's spelling", args: []string{"completion", "fish"}, stdout: "complete -c wardenctl"},
