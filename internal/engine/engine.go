@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -266,49 +265,3 @@ func (q *callQueue) acquire(ctx context.Context) (release func(), err error) {
 }
 
 func (q *callQueue) release() { <-q.run }
-
-// postProcess applies monitor mode, the mutation gate and the custom
-// rejection message, in Kubewarden's order (compat 3.4).
-func (e *Engine) postProcess(ctx context.Context, p *Policy, resp *admission.Response, mutatedObject json.RawMessage) *admission.Response {
-	if p.Mode == ModeMonitor {
-		attrs := []any{
-			observability.KeyPolicyID, p.ID,
-			observability.KeyRequestUID, resp.UID,
-			observability.KeyAllowed, resp.Allowed,
-			observability.KeyMutated, resp.Patch != nil,
-			"allowed_to_mutate", p.AllowedToMutate,
-		}
-		if resp.Status != nil {
-			attrs = append(attrs, observability.KeyMessage, resp.Status.Message, observability.KeyCode, resp.Status.Code)
-		}
-		if resp.Patch != nil {
-			attrs = append(attrs, "patch", string(resp.Patch), "mutated_object", string(mutatedObject))
-		}
-		e.logger.InfoContext(ctx, "policy evaluation (monitor mode)", attrs...)
-		out := *resp
-		out.Allowed, out.Patch, out.PatchType, out.Status = true, nil, "", nil
-		return &out
-	}
-	if !p.AllowedToMutate && resp.Patch != nil {
-		out := *resp
-		out.Allowed, out.Patch, out.PatchType = false, nil, ""
-		out.Status = &admission.Status{Message: fmt.Sprintf(fmtNotAllowedMut, p.ID)}
-		resp = &out
-	}
-	if !resp.Allowed && p.Message != "" {
-		out := *resp
-		status := admission.Status{}
-		if resp.Status != nil {
-			status = *resp.Status
-		}
-		details := admission.StatusDetails{}
-		if status.Details != nil {
-			details = *status.Details
-		}
-		details.Causes = append(append([]admission.Cause(nil), details.Causes...), admission.Cause{Message: status.Message})
-		status.Message, status.Details = p.Message, &details
-		out.Status = &status
-		resp = &out
-	}
-	return resp
-}

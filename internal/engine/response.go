@@ -30,7 +30,6 @@ type settingsValidationResponse struct {
 const (
 	msgDeleteMutation = "Incoming object is null, which happens only with DELETE operations, but the policy is attempting a mutation. This is not allowed"
 	msgTimeout        = "Policy execution interrupted because it exceeded the allowed execution time"
-	fmtNotAllowedMut  = "Request rejected by policy %s. The policy attempted to mutate the request, but it is currently configured to not allow mutations."
 )
 
 // internalError is the response for a failed evaluation.
