@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -141,5 +143,53 @@ func TestHistogramClamps(t *testing.T) {
 	}
 	if got, want := h.Max(), time.Duration(histMax); got != want {
 		t.Errorf("Max() = %v, want %v", got, want)
+	}
+}
+
+// TestPercentilesReport checks the summary of a histogram that Result
+// carries: every percentile, p95 included, in JSON and in the text line.
+func TestPercentilesReport(t *testing.T) {
+	var h Histogram
+	for i := 1; i <= 1000; i++ {
+		h.Record(time.Duration(i) * time.Millisecond)
+	}
+	p := percentiles(&h)
+	tests := []struct {
+		name      string
+		got, want float64 // microseconds
+	}{
+		{name: "p50", got: p.P50, want: 500e3},
+		{name: "p90", got: p.P90, want: 900e3},
+		{name: "p95", got: p.P95, want: 950e3},
+		{name: "p99", got: p.P99, want: 990e3},
+		{name: "p99.9", got: p.P999, want: 999e3},
+		{name: "max", got: p.Max, want: 1000e3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if math.Abs(tt.got-tt.want) > 0.01*tt.want {
+				t.Errorf("%s = %vus, want %vus within 1%%", tt.name, tt.got, tt.want)
+			}
+		})
+	}
+	doc, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back map[string]float64
+	if err := json.Unmarshal(doc, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back["p95"] != p.P95 {
+		t.Errorf("JSON p95 = %v, want %v (%s)", back["p95"], p.P95, doc)
+	}
+	line := p.String()
+	for _, want := range []string{"p90 ", "p95 ", "p99 ", "p99.9 "} {
+		if !strings.Contains(line, want) {
+			t.Errorf("String() = %q, want it to contain %q", line, want)
+		}
+	}
+	if i, j := strings.Index(line, "p90 "), strings.Index(line, "p95 "); i > j {
+		t.Errorf("String() = %q: p95 before p90", line)
 	}
 }

@@ -152,6 +152,7 @@ type OpenLoopResult struct {
 type Percentiles struct {
 	P50  float64 `json:"p50"`
 	P90  float64 `json:"p90"`
+	P95  float64 `json:"p95"`
 	P99  float64 `json:"p99"`
 	P999 float64 `json:"p99_9"`
 	Max  float64 `json:"max"`
@@ -165,6 +166,7 @@ func percentiles(h *Histogram) Percentiles {
 	return Percentiles{
 		P50:  micros(h.Percentile(50)),
 		P90:  micros(h.Percentile(90)),
+		P95:  micros(h.Percentile(95)),
 		P99:  micros(h.Percentile(99)),
 		P999: micros(h.Percentile(99.9)),
 		Max:  micros(h.Max()),
@@ -295,8 +297,8 @@ func (r *Result) WriteText(w io.Writer) {
 
 // String formats the percentiles on one line.
 func (p Percentiles) String() string {
-	return fmt.Sprintf("p50 %-8v p90 %-8v p99 %-8v p99.9 %-8v max %v",
-		short(p.P50), short(p.P90), short(p.P99), short(p.P999), short(p.Max))
+	return fmt.Sprintf("p50 %-8v p90 %-8v p95 %-8v p99 %-8v p99.9 %-8v max %v",
+		short(p.P50), short(p.P90), short(p.P95), short(p.P99), short(p.P999), short(p.Max))
 }
 
 // short formats a duration in microseconds with three or so significant
