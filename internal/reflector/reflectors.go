@@ -51,8 +51,8 @@ type Reflectors struct {
 
 // Options tune Reflectors.
 type Options struct {
-	// PageSize is the number of objects a list asks for at a time; 0
-	// means 500, client-go's.
+	// PageSize is the most objects a list asks for at a time; 0 means
+	// 500, client-go's. Pages of large objects are smaller (pageBytes).
 	PageSize int64
 	// OnPage, when set, is called with the objects of each page a list
 	// wrote, before the page is dropped: tests see what one page holds.
@@ -60,6 +60,24 @@ type Options struct {
 }
 
 const defaultPageSize = 500
+
+// pageBytes is the size of JSON a list page aims at: after the first page,
+// a list asks for as many objects as fit, by the size of those it read, so
+// that 500 Pods of 34 KB (17 MB, and several times that while they are
+// trimmed) are read as pages of about 120.
+const pageBytes = 4 << 20
+
+// minPageSize bounds how small pageBytes makes a page.
+const minPageSize = 10
+
+// nextPageSize is the number of objects the next page of a list asks for,
+// after a page of n objects in size bytes.
+func (r *Reflectors) nextPageSize(n, size int) int64 {
+	if n == 0 || size == 0 {
+		return r.opts.PageSize
+	}
+	return min(r.opts.PageSize, max(minPageSize, int64(pageBytes)*int64(n)/int64(size)))
+}
 
 // reflected is the state of one resource's reflector.
 type reflected struct {
@@ -247,9 +265,9 @@ func (r *Reflectors) list(gvr schema.GroupVersionResource, t *Table) (string, er
 		return "", err
 	}
 	objects := make([]Object, 0, r.opts.PageSize)
-	cont := ""
+	cont, limit := "", r.opts.PageSize
 	for {
-		req := r.client.Get().AbsPath(path(gvr)).Param("limit", strconv.FormatInt(r.opts.PageSize, 10))
+		req := r.client.Get().AbsPath(path(gvr)).Param("limit", strconv.FormatInt(limit, 10))
 		if cont != "" {
 			req = req.Param("continue", cont)
 		}
@@ -268,6 +286,7 @@ func (r *Reflectors) list(gvr schema.GroupVersionResource, t *Table) (string, er
 		if err := json.Unmarshal(body, &page); err != nil {
 			return "", fmt.Errorf("reading a list of %s: %w", gvr.Resource, err)
 		}
+		limit = r.nextPageSize(len(page.Items), len(body))
 		objects = objects[:0]
 		item := metav1.TypeMeta{APIVersion: page.APIVersion, Kind: strings.TrimSuffix(page.Kind, "List")}
 		for i, raw := range page.Items {

@@ -32,6 +32,7 @@ type fakeAPIServer struct {
 	lists    []func(w http.ResponseWriter, r *http.Request)
 	watches  []func(w http.ResponseWriter, r *http.Request)
 	requests []string // "list <continue>" or "watch <resourceVersion>"
+	limits   []string // of the lists
 }
 
 func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -49,6 +50,7 @@ func (f *fakeAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		f.requests = append(f.requests, "list "+q.Get("continue"))
+		f.limits = append(f.limits, q.Get("limit"))
 		if len(f.lists) > 0 {
 			next, f.lists = f.lists[0], f.lists[1:]
 		}
@@ -255,5 +257,53 @@ func TestSettled(t *testing.T) {
 	waitForRequest(t, failing, "list ")
 	if r2.Settled() {
 		t.Errorf("a list that failed with a server error is settled; requests: %s", failing.requested())
+	}
+}
+
+// TestPagesOfLargeObjects: after a page of large objects, a list asks for
+// as many as make pageBytes, never fewer than minPageSize.
+func TestPagesOfLargeObjects(t *testing.T) {
+	big := strings.Repeat("x", 400<<10)
+	bigPage := func(cont string, names ...string) func(http.ResponseWriter, *http.Request) {
+		return func(w http.ResponseWriter, _ *http.Request) {
+			items := make([]string, len(names))
+			for i, n := range names {
+				items[i] = fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"a"},"data":{"k":%q}}`, n, big)
+			}
+			fmt.Fprintf(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5","continue":%q},"items":[%s]}`,
+				cont, strings.Join(items, ","))
+		}
+	}
+	f := &fakeAPIServer{t: t, lists: []func(http.ResponseWriter, *http.Request){
+		bigPage("p2", "a1", "a2"), bigPage("p3", "a3"), page("5", "", "a4"),
+	}}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	r, err := New(openStore(t, filepath.Join(t.TempDir(), "reflectors.db")), &rest.Config{Host: srv.URL}, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	tbl, err := r.Start(configMaps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, tbl, f, "a/a1 a/a2 a/a3 a/a4")
+	f.mu.Lock()
+	limits := strings.Join(f.limits, " ")
+	f.mu.Unlock()
+	// 400 KiB objects: 4 MiB holds 10 of them, minPageSize anyway.
+	if limits != "500 10 10" {
+		t.Errorf("limits asked: %s, want 500 10 10", limits)
+	}
+	for _, tt := range []struct {
+		n, size int
+		want    int64
+	}{
+		{0, 0, 500}, {500, 500 * 700, 500}, {500, 500 * 34 << 10, 120}, {2, 2 << 30, 10},
+	} {
+		if got := r.nextPageSize(tt.n, tt.size); got != tt.want {
+			t.Errorf("nextPageSize(%d, %d) = %d, want %d", tt.n, tt.size, got, tt.want)
+		}
 	}
 }
