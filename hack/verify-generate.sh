@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Checks that the generated files in the tree (deepcopy functions, CRDs, RBAC
-# role) are exactly what `make generate` produces from the sources. It
+# role) are exactly what `make generate` produces from the sources, and that
+# the report CRDs (config/crd/reports) are what hack/report-crds.sh copies
+# out of the Go modules pinned in go.mod. It
 # generates into a scratch directory, so it changes nothing in the tree and
 # works on a tree with uncommitted changes. Exits 1 with a diff when they
 # differ, 2 when generation itself fails.
@@ -22,11 +24,17 @@ if ! make --no-print-directory generate \
 	echo "verify-generate: make generate failed" >&2
 	exit 2
 fi
+if ! hack/report-crds.sh "$out/config/crd/reports" >"$scratch/report-crds.log" 2>&1; then
+	cat "$scratch/report-crds.log" >&2
+	echo "verify-generate: hack/report-crds.sh failed" >&2
+	exit 2
+fi
 
 # Copy the tree's version of the same paths beside it, so that the diff
 # names files by their path in the tree.
 mkdir -p "$scratch/tree/config/crd" "$scratch/tree/api/policies/v1"
 [[ -d config/crd/bases ]] && cp -R config/crd/bases "$scratch/tree/config/crd/"
+[[ -d config/crd/reports ]] && cp -R config/crd/reports "$scratch/tree/config/crd/"
 [[ -d config/rbac ]] && cp -R config/rbac "$scratch/tree/config/"
 [[ -f api/policies/v1/zz_generated.deepcopy.go ]] &&
 	cp api/policies/v1/zz_generated.deepcopy.go "$scratch/tree/api/policies/v1/"
@@ -34,7 +42,7 @@ mkdir -p "$scratch/tree/config/crd" "$scratch/tree/api/policies/v1"
 if ! (cd "$scratch" && diff -ru tree generated); then
 	echo >&2
 	echo "verify-generate: generated files are out of date (--- tree, +++ what 'make generate' writes)." >&2
-	echo "verify-generate: run 'make generate' and commit the result." >&2
+	echo "verify-generate: run 'make generate' (and hack/report-crds.sh for config/crd/reports) and commit the result." >&2
 	exit 1
 fi
 echo "verify-generate: generated files are up to date"

@@ -1,0 +1,161 @@
+package auditscanner
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+const (
+	// requestTimeout bounds one /audit request, as Kubewarden's scanner
+	// does.
+	requestTimeout = 10 * time.Second
+	// maxAnswerBytes bounds the answer read from a policy server.
+	maxAnswerBytes = 64 << 20
+	// maxErrorBodyBytes bounds the part of an error answer quoted in the
+	// error result's message.
+	maxErrorBodyBytes = 1 << 10
+)
+
+// reviewer sends /audit requests to the policy servers. It is safe for
+// concurrent use.
+type reviewer struct {
+	client *http.Client
+}
+
+// newReviewer returns a reviewer that trusts the system's CAs and those of
+// --extra-ca, presents --client-cert when given, and opens up to maxConns
+// connections to each policy server, kept open and reused (a request waits
+// for a free one): Kubewarden's scanner opens one per request, a TLS
+// handshake each. HTTP/2 is off, so that the connections, not one
+// multiplexed one, spread over the replicas behind a Service.
+func newReviewer(o *Options, maxConns int) (*reviewer, error) {
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if o.ExtraCA != "" {
+		pem, err := os.ReadFile(o.ExtraCA)
+		if err != nil {
+			return nil, fmt.Errorf("reading --extra-ca: %w", err)
+		}
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--extra-ca %s holds no PEM certificate", o.ExtraCA)
+		}
+	}
+	tlsConfig := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		RootCAs:            roots,
+		InsecureSkipVerify: o.InsecureSSL, //nolint:gosec // --insecure-ssl, for development, as in Kubewarden
+	}
+	if o.ClientCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.ClientCert, o.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("loading --client-cert and --client-key: %w", err)
+		}
+		tlsConfig.Certificates = []tls.Certificate{cert}
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.TLSClientConfig = tlsConfig
+	transport.ForceAttemptHTTP2 = false
+	transport.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	transport.MaxConnsPerHost = maxConns
+	transport.MaxIdleConns = maxConns
+	transport.MaxIdleConnsPerHost = maxConns
+	return &reviewer{client: &http.Client{Transport: transport, Timeout: requestTimeout}}, nil
+}
+
+// close closes the idle connections.
+func (rv *reviewer) close() {
+	rv.client.CloseIdleConnections()
+}
+
+// reviewBody returns the AdmissionReview an audit sends for obj (compat 6):
+// a CREATE of the whole object, the request uid being the object's, and the
+// resource being named by its kind, as Kubewarden does.
+func reviewBody(obj *unstructured.Unstructured) ([]byte, error) {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	gvk := obj.GroupVersionKind()
+	kind := metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind}
+	review := admissionv1.AdmissionReview{Request: &admissionv1.AdmissionRequest{
+		UID:         obj.GetUID(),
+		Kind:        kind,
+		Resource:    metav1.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: gvk.Kind},
+		RequestKind: &kind,
+		Name:        obj.GetName(),
+		Namespace:   obj.GetNamespace(),
+		Operation:   admissionv1.Create,
+		Object:      runtime.RawExtension{Raw: raw},
+	}}
+	return json.Marshal(review)
+}
+
+// verdict is a policy's answer about one object.
+type verdict struct {
+	allowed bool
+	// message is the answer's status message, or the error.
+	message string
+	// errored: the policy could not evaluate the object (an error result).
+	errored bool
+	// unavailable: the policy server gave no answer (unreachable, an HTTP
+	// error, an answer that is not a review); the scope is then incomplete.
+	unavailable bool
+}
+
+// audit posts body to url and returns the policy's verdict. An answer with
+// status code 500 is an evaluation error of the policy: errored, with its
+// message.
+func (rv *reviewer) audit(ctx context.Context, url string, body []byte) verdict {
+	unavailable := func(err error) verdict {
+		return verdict{message: err.Error(), errored: true, unavailable: true}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return unavailable(fmt.Errorf("building the audit request: %w", err))
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := rv.client.Do(req)
+	if err != nil {
+		return unavailable(fmt.Errorf("policy server unreachable: %w", err))
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		return unavailable(fmt.Errorf("reading the policy server's answer: %w", err))
+	}
+	if resp.StatusCode != http.StatusOK {
+		if len(answer) > maxErrorBodyBytes {
+			answer = append(answer[:maxErrorBodyBytes:maxErrorBodyBytes], "..."...)
+		}
+		return unavailable(fmt.Errorf("policy server answered %s: %s", resp.Status, bytes.TrimSpace(answer)))
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(answer, &review); err != nil {
+		return unavailable(fmt.Errorf("decoding the policy server's answer: %w", err))
+	}
+	if review.Response == nil {
+		return unavailable(errors.New("the policy server's answer has no response"))
+	}
+	v := verdict{allowed: review.Response.Allowed}
+	if st := review.Response.Result; st != nil {
+		v.message = st.Message
+		v.errored = st.Code == http.StatusInternalServerError
+	}
+	return v
+}

@@ -1,0 +1,225 @@
+package auditscanner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	wgpolicyv1alpha2 "sigs.k8s.io/wg-policy-prototypes/policy-report/pkg/api/wgpolicyk8s.io/v1alpha2"
+)
+
+// store reads and writes the reports of a run. It is safe for concurrent
+// use.
+type store struct {
+	c        client.Client
+	kind     reportKind
+	runUID   string
+	pageSize int64
+}
+
+// existingReport is what the store keeps of a report found at the start of
+// a scope's scan.
+type existingReport struct {
+	digest          digest
+	resourceVersion string
+}
+
+// existing returns the digests of the scanner's reports in namespace (the
+// cluster-wide ones when namespace is empty), by name. It lists them in
+// pages and keeps only their digests.
+func (st *store) existing(ctx context.Context, namespace string) (map[string]existingReport, error) {
+	out := map[string]existingReport{}
+	opts := []client.ListOption{client.MatchingLabels{LabelManagedBy: LabelManagedByValue}, client.Limit(st.pageSize)}
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	cont := ""
+	for {
+		l := st.kind.list(namespace == "")
+		if err := st.c.List(ctx, l, append(opts, client.Continue(cont))...); err != nil {
+			return nil, fmt.Errorf("listing the reports: %w", err)
+		}
+		for _, o := range st.kind.items(l) {
+			d, err := digestOf(o)
+			if err != nil {
+				return nil, err
+			}
+			out[o.GetName()] = existingReport{digest: d, resourceVersion: o.GetResourceVersion()}
+		}
+		if cont = l.GetContinue(); cont == "" {
+			return out, nil
+		}
+	}
+}
+
+// outcome is what writing a report did.
+type outcome int
+
+const (
+	outcomeCreated outcome = iota
+	outcomeUpdated
+	// outcomeUnchanged: only the run-uid label was patched.
+	outcomeUnchanged
+)
+
+// write stores obj, whose digest is d, knowing what the scope's listing
+// found under its name (found, prev). A report found with the same digest
+// gets a merge patch of its run-uid label only, guarded by the
+// resourceVersion it was compared at; a report found otherwise is replaced
+// by a merge patch of everything the scanner writes; a report not found is
+// created. Each falls back to the next when the cluster changed since the
+// listing.
+func (st *store) write(ctx context.Context, obj client.Object, d digest, prev existingReport, found bool) (outcome, error) {
+	cluster := obj.GetNamespace() == ""
+	target := func() client.Object {
+		t := st.kind.empty(cluster)
+		t.SetName(obj.GetName())
+		t.SetNamespace(obj.GetNamespace())
+		return t
+	}
+	if found && prev.digest == d {
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"labels":          map[string]string{LabelRunUID: st.runUID},
+			"resourceVersion": prev.resourceVersion,
+		}})
+		if err != nil {
+			return 0, fmt.Errorf("encoding the run-uid patch of report %s: %w", obj.GetName(), err)
+		}
+		err = st.c.Patch(ctx, target(), client.RawPatch(types.MergePatchType, patch))
+		if err == nil {
+			return outcomeUnchanged, nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			return 0, fmt.Errorf("patching the run-uid of report %s: %w", obj.GetName(), err)
+		}
+	}
+	full, err := fullPatch(obj)
+	if err != nil {
+		return 0, err
+	}
+	if !found {
+		err := st.c.Create(ctx, obj)
+		if err == nil {
+			return outcomeCreated, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return 0, fmt.Errorf("creating report %s: %w", obj.GetName(), err)
+		}
+	}
+	err = st.c.Patch(ctx, target(), client.RawPatch(types.MergePatchType, full))
+	if apierrors.IsNotFound(err) {
+		if err = st.c.Create(ctx, obj); err == nil {
+			return outcomeCreated, nil
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("updating report %s: %w", obj.GetName(), err)
+	}
+	return outcomeUpdated, nil
+}
+
+// fullPatch returns the merge patch that makes a stored report say what
+// obj says: its labels (others' labels are kept), owner, scope, summary and
+// results (removed when obj has none).
+func fullPatch(obj client.Object) ([]byte, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encoding report %s: %w", obj.GetName(), err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, fmt.Errorf("decoding report %s: %w", obj.GetName(), err)
+	}
+	delete(doc, "apiVersion")
+	delete(doc, "kind")
+	doc["metadata"] = map[string]any{"labels": obj.GetLabels(), "ownerReferences": obj.GetOwnerReferences()}
+	if _, ok := doc["results"]; !ok {
+		doc["results"] = nil
+	}
+	return json.Marshal(doc)
+}
+
+// staleSelector selects the scanner's reports that this run did not write
+// (compat 6).
+func (st *store) staleSelector() (labels.Selector, error) {
+	notRun, err := labels.NewRequirement(LabelRunUID, selection.NotEquals, []string{st.runUID})
+	if err != nil {
+		return nil, fmt.Errorf("selecting stale reports: %w", err)
+	}
+	managed, err := labels.NewRequirement(LabelManagedBy, selection.Equals, []string{LabelManagedByValue})
+	if err != nil {
+		return nil, fmt.Errorf("selecting stale reports: %w", err)
+	}
+	return labels.NewSelector().Add(*notRun, *managed), nil
+}
+
+// cleanup deletes the scanner's reports of namespace (the cluster-wide ones
+// when empty) whose run-uid is not this run's, in one request.
+func (st *store) cleanup(ctx context.Context, namespace string) error {
+	sel, err := st.staleSelector()
+	if err != nil {
+		return err
+	}
+	opts := []client.DeleteAllOfOption{client.MatchingLabelsSelector{Selector: sel}}
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	if err := st.c.DeleteAllOf(ctx, st.kind.empty(namespace == ""), opts...); err != nil {
+		return fmt.Errorf("deleting stale reports: %w", err)
+	}
+	return nil
+}
+
+// deleteLegacyReports deletes every wgpolicyk8s.io PolicyReport and
+// ClusterPolicyReport managed by the scanner, as a run writing OpenReports
+// does first (compat 6). It reads only their metadata, to find the
+// namespaces that hold some, and deletes them with one request per such
+// namespace. Missing CRDs are not an error.
+func deleteLegacyReports(ctx context.Context, c client.Client, pageSize int64, logger *slog.Logger) error {
+	managed := client.MatchingLabels{LabelManagedBy: LabelManagedByValue}
+	cluster := &metav1.PartialObjectMetadataList{}
+	cluster.SetGroupVersionKind(wgpolicyv1alpha2.SchemeGroupVersion.WithKind(reportKindClusterPolicyReport + "List"))
+	err := c.List(ctx, cluster, managed, client.Limit(1))
+	switch {
+	case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+		logger.DebugContext(ctx, "no wgpolicyk8s.io CRDs: no legacy report to delete")
+		return nil
+	case err != nil:
+		return fmt.Errorf("listing legacy ClusterPolicyReports: %w", err)
+	case len(cluster.Items) > 0:
+		logger.InfoContext(ctx, "deleting legacy ClusterPolicyReports")
+		if err := c.DeleteAllOf(ctx, &wgpolicyv1alpha2.ClusterPolicyReport{}, managed); err != nil {
+			return fmt.Errorf("deleting legacy ClusterPolicyReports: %w", err)
+		}
+	}
+	namespaces := map[string]bool{}
+	cont := ""
+	for {
+		l := &metav1.PartialObjectMetadataList{}
+		l.SetGroupVersionKind(wgpolicyv1alpha2.SchemeGroupVersion.WithKind(reportKindPolicyReport + "List"))
+		if err := c.List(ctx, l, managed, client.Limit(pageSize), client.Continue(cont)); err != nil {
+			return fmt.Errorf("listing legacy PolicyReports: %w", err)
+		}
+		for _, item := range l.Items {
+			namespaces[item.Namespace] = true
+		}
+		if cont = l.GetContinue(); cont == "" {
+			break
+		}
+	}
+	for ns := range namespaces {
+		logger.InfoContext(ctx, "deleting legacy PolicyReports", keyNamespace, ns)
+		if err := c.DeleteAllOf(ctx, &wgpolicyv1alpha2.PolicyReport{}, managed, client.InNamespace(ns)); err != nil {
+			return fmt.Errorf("deleting legacy PolicyReports in namespace %q: %w", ns, err)
+		}
+	}
+	return nil
+}
