@@ -29,6 +29,11 @@ type Options struct {
 	// Go is the go command to build with. Default: "go" from PATH, else
 	// runtime.GOROOT()/bin/go.
 	Go string
+	// GCFlags is the value of the build's -gcflags. Default: "all=-B", as
+	// Kubewarden's Makefile.wasigo builds. A policy built the way one
+	// published policy is built sets that policy's flags (cel-policy:
+	// "all=-l -B -wb=false"). The flags are part of the cache key.
+	GCFlags string
 }
 
 // metadataFile is the file of a policy directory that holds its metadata.
@@ -53,7 +58,7 @@ var buildCount atomic.Int64
 // no protocolVersion gets v1, as `kwctl annotate` fills it.
 //
 // The cache key covers the go toolchain (version, GOEXPERIMENT, GOWASM), the
-// build flags, and every file of the module that the build may read: all of
+// build flags (Options.GCFlags among them), and every file of the module that the build may read: all of
 // it except _test.go files, hidden and testdata directories, nested modules,
 // and the files of other policy directories (those with a metadata.yml).
 //
@@ -88,7 +93,11 @@ func Build(ctx context.Context, srcDir string, opts Options) (string, error) {
 	}
 	// The flags of Kubewarden's policies/Makefile.wasigo: no bounds checks,
 	// no DWARF or symbol table. Smaller modules, faster guests.
-	args := slices.Concat([]string{"build", "-trimpath", "-buildvcs=false", "-gcflags=all=-B", "-ldflags=-w -s"}, modeFlags)
+	gcflags := opts.GCFlags
+	if gcflags == "" {
+		gcflags = "all=-B"
+	}
+	args := slices.Concat([]string{"build", "-trimpath", "-buildvcs=false", "-gcflags=" + gcflags, "-ldflags=-w -s"}, modeFlags)
 
 	modRoot, err := moduleRoot(src)
 	if err != nil {

@@ -33,6 +33,7 @@ func TestBuildPolicies(t *testing.T) {
 		mode       string
 		policyType string
 		mutating   bool
+		gcflags    string
 	}{
 		{name: "labels", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes},
 		{name: "mutate-labels", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes, mutating: true},
@@ -50,6 +51,9 @@ func TestBuildPolicies(t *testing.T) {
 		{name: "wasi-counter", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "wasi-nostdin", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "host-call", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
+		{name: "list-resources", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes},
+		{name: "nowb", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes, gcflags: "all=-l -B -wb=false"},
+		{name: "wasi-nowb", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes, gcflags: "all=-l -B -wb=false"},
 	}
 
 	t.Run("the table lists every policy", func(t *testing.T) {
@@ -79,7 +83,7 @@ func TestBuildPolicies(t *testing.T) {
 			defer func() { <-buildSlots }()
 
 			src := filepath.Join(policies, tt.name)
-			path, err := Build(t.Context(), src, Options{CacheDir: cache})
+			path, err := Build(t.Context(), src, Options{CacheDir: cache, GCFlags: tt.gcflags})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +126,7 @@ func TestBuildPolicies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			again, err := Build(t.Context(), src, Options{CacheDir: cache})
+			again, err := Build(t.Context(), src, Options{CacheDir: cache, GCFlags: tt.gcflags})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -274,6 +278,8 @@ func TestBuildCache(t *testing.T) {
 		{name: "its metadata changed", wantBuild: true, edit: func(t *testing.T) {
 			writeFile(t, filepath.Join(src, metadataFile), wapcMeta+"backgroundAudit: false\n")
 		}},
+		{name: "the default gcflags spelled out", edit: func(*testing.T) { opts.GCFlags = "all=-B" }},
+		{name: "other gcflags", wantBuild: true, edit: func(*testing.T) { opts.GCFlags = "all=-l -B -wb=false" }},
 	}
 	prev := first
 	for _, step := range steps {

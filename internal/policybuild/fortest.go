@@ -22,11 +22,18 @@ const rootModule = "github.com/wardenhq/warden"
 // and uses the default Options, so builds are shared by all tests and runs.
 func ForTest(t testing.TB, name string) string {
 	t.Helper()
+	return ForTestWith(t, name, Options{})
+}
+
+// ForTestWith is ForTest with opts, for a policy that must be built in a
+// way of its own (Options.GCFlags).
+func ForTestWith(t testing.TB, name string, opts Options) string {
+	t.Helper()
 	root, err := repoRoot()
 	if err != nil {
 		t.Fatalf("policybuild: %v", err)
 	}
-	path, err := Build(t.Context(), filepath.Join(root, "testdata", "policies", name), Options{})
+	path, err := Build(t.Context(), filepath.Join(root, "testdata", "policies", name), opts)
 	if err != nil {
 		t.Fatalf("policybuild: test policy %q: %v", name, err)
 	}

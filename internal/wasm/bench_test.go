@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -114,6 +115,41 @@ func BenchmarkWASISnapshot(b *testing.B) {
 					b.Fatalf("result %q, error %v", res.Stdout, err)
 				}
 				host.calls = host.calls[:0]
+			}
+		})
+	}
+}
+
+// BenchmarkGoWithoutWriteBarriers prices the stop-the-world collection that
+// Go modules built without write barriers get (gobuild.go): one waPC
+// evaluation of the nowb policy, whose call allocates 27 MiB and so runs
+// Go's collector about 8 times, built as cel-policy is (-gcflags
+// all="-l -B -wb=false", run with GODEBUG=gcstoptheworld=1) and built the
+// same way but with write barriers (all="-l -B", concurrent collection, as
+// for any module).
+func BenchmarkGoWithoutWriteBarriers(b *testing.B) {
+	rt := newRuntime(b, wasm.Config{})
+	builds := []struct {
+		name    string
+		gcflags string
+	}{
+		{"wb=false stop-the-world", nowbGCFlags},
+		{"write barriers concurrent", "all=-l -B"},
+	}
+	payload := []byte(nowbPayload)
+	for _, build := range builds {
+		m := compileWith(b, rt, "nowb", policybuild.Options{GCFlags: build.gcflags})
+		w, err := rt.NewWapc(context.Background(), m, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { w.Close(context.Background()) })
+		b.Run(build.name, func(b *testing.B) {
+			for b.Loop() {
+				out, err := w.Call(context.Background(), nil, "validate", payload)
+				if err != nil || string(out) != nowbAnswer {
+					b.Fatalf("answer %s, error %v; want %s", out, err, nowbAnswer)
+				}
 			}
 		})
 	}

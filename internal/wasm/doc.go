@@ -5,7 +5,8 @@
 //
 // It is the only package of Warden that imports wazero. It knows nothing of
 // admission semantics: callers hand it bytes and get bytes back. It must not
-// import any other Warden package.
+// import any other Warden package but internal/sharedcache, the signed store
+// of compiled code the replicas share.
 //
 // # Isolation and speed
 //
@@ -25,6 +26,16 @@
 // from the saved state. OPA modules reset their heap pointer before every
 // evaluation, as OPA's own SDKs do, to the mark after their data, which they
 // parse once per version of it (opa.go).
+//
+// # Go modules built without write barriers
+//
+// Kubewarden's cel-policy, and any Go policy built with -gcflags=-wb=false,
+// corrupts its own heap whenever Go's concurrent collector marks while the
+// program runs, on any host and in fresh instances too. Compile recognises
+// such modules by the build settings the go command records in them, and
+// their instances run with GODEBUG=gcstoptheworld=1, which makes every mark
+// phase stop the program: they then compute what the same program built
+// with write barriers computes (gobuild.go).
 //
 // # Limits
 //

@@ -182,6 +182,10 @@ type Module struct {
 	budget    string // the export of the loop budget
 	start     bool
 	code      []codeRegion // its machine code moved into files
+	// env is the environment of its instances: GODEBUG=gcstoptheworld=1
+	// for a Go module built without write barriers (gobuild.go), else
+	// nothing.
+	env []string
 }
 
 // Exports reports whether the module exports a function with that name.
@@ -245,6 +249,10 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 	for name := range cm.ExportedFunctions() {
 		exports[name] = true
 	}
+	var env []string
+	if goWithoutWriteBarriers(module) {
+		env = []string{goStopTheWorldEnv}
+	}
 	return &Module{
 		Digest:    digest,
 		compiled:  cm,
@@ -255,6 +263,7 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 		budget:    inst.budget,
 		start:     inst.start,
 		code:      code,
+		env:       env,
 	}, nil
 }
 
@@ -489,11 +498,17 @@ func (e *TrapError) Error() string {
 // Unwrap returns the full error.
 func (e *TrapError) Unwrap() error { return e.err }
 
-// moduleConfig is the configuration of every guest instance: no arguments,
-// no environment, no files, real clocks and randomness, and stdio wired to
-// the instance's sink.
-func moduleConfig(sink *stdio, args ...string) wazero.ModuleConfig {
-	return wazero.NewModuleConfig().
+// moduleConfig is the configuration of every instance of m: the given
+// arguments, m.env as the environment (none but for a Go module built
+// without write barriers), no files, real clocks and randomness, and stdio
+// wired to the instance's sink.
+func moduleConfig(m *Module, sink *stdio, args ...string) wazero.ModuleConfig {
+	cfg := wazero.NewModuleConfig()
+	for _, kv := range m.env {
+		k, v, _ := strings.Cut(kv, "=")
+		cfg = cfg.WithEnv(k, v)
+	}
+	return cfg.
 		WithName("").
 		WithStartFunctions().
 		WithArgs(args...).

@@ -89,7 +89,7 @@ func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, e
 	in.sink.call = st
 	var memErr error
 	ictx := context.WithValue(in.withMemory(ctx, snap, &memErr), callKey{}, st)
-	mod, err := w.r.instantiate(ictx, w.mod, moduleConfig(in.sink))
+	mod, err := w.r.instantiate(ictx, w.mod, moduleConfig(w.mod, in.sink))
 	in.sink.call = nil
 	if err != nil {
 		if memErr != nil {

@@ -41,7 +41,7 @@ func (r *Runtime) runWASI(ctx context.Context, m *Module, host HostCaller, comma
 	st.stdin = input
 	sink := &stdio{call: st}
 	cctx := context.WithValue(ctx, callKey{}, st)
-	mod, err := r.instantiate(cctx, m, moduleConfig(sink, wasiProgramName, command))
+	mod, err := r.instantiate(cctx, m, moduleConfig(m, sink, wasiProgramName, command))
 	if err != nil {
 		return WASIResult{}, fmt.Errorf("instantiating module: %w", err)
 	}

@@ -245,7 +245,7 @@ func (p *WASIPool) start(ctx context.Context, req *wasiRequest) error {
 	in := &wasiInstance{pool: p, sink: &stdio{call: req.st}, reqs: make(chan *wasiRequest, 1)}
 	var memErr error
 	ictx := in.withMemory(context.WithValue(ctx, callKey{}, req.st), nil, &memErr)
-	mod, err := p.r.instantiate(ictx, p.mod, moduleConfig(in.sink, wasiProgramName, p.command))
+	mod, err := p.r.instantiate(ictx, p.mod, moduleConfig(p.mod, in.sink, wasiProgramName, p.command))
 	if err != nil {
 		if memErr != nil {
 			return memErr
