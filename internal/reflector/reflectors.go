@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,8 +65,12 @@ const defaultPageSize = 500
 // pageBytes is the size of JSON a list page aims at: after the first page,
 // a list asks for as many objects as fit, by the size of those it read, so
 // that 500 Pods of 34 KB (17 MB, and several times that while they are
-// trimmed) are read as pages of about 120.
-const pageBytes = 4 << 20
+// decoded and trimmed) are read as pages of 30.
+const pageBytes = 1 << 20
+
+// freeAfterListBytes is the size of a list after which the memory its
+// pages took is given back to the system at once.
+const freeAfterListBytes = 16 << 20
 
 // minPageSize bounds how small pageBytes makes a page.
 const minPageSize = 10
@@ -265,7 +270,7 @@ func (r *Reflectors) list(gvr schema.GroupVersionResource, t *Table) (string, er
 		return "", err
 	}
 	objects := make([]Object, 0, r.opts.PageSize)
-	cont, limit := "", r.opts.PageSize
+	cont, limit, read := "", r.opts.PageSize, 0
 	for {
 		req := r.client.Get().AbsPath(path(gvr)).Param("limit", strconv.FormatInt(limit, 10))
 		if cont != "" {
@@ -286,7 +291,7 @@ func (r *Reflectors) list(gvr schema.GroupVersionResource, t *Table) (string, er
 		if err := json.Unmarshal(body, &page); err != nil {
 			return "", fmt.Errorf("reading a list of %s: %w", gvr.Resource, err)
 		}
-		limit = r.nextPageSize(len(page.Items), len(body))
+		limit, read = r.nextPageSize(len(page.Items), len(body)), read+len(body)
 		objects = objects[:0]
 		item := metav1.TypeMeta{APIVersion: page.APIVersion, Kind: strings.TrimSuffix(page.Kind, "List")}
 		for i, raw := range page.Items {
@@ -307,6 +312,11 @@ func (r *Reflectors) list(gvr schema.GroupVersionResource, t *Table) (string, er
 		if cont = page.Metadata.Continue; cont == "" {
 			if err := l.Commit(ctx); err != nil {
 				return "", err
+			}
+			if read >= freeAfterListBytes {
+				// The pages were garbage as soon as they were written, but
+				// Go returns their memory to the system over minutes.
+				debug.FreeOSMemory()
 			}
 			return page.Metadata.ResourceVersion, nil
 		}

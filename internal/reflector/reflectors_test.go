@@ -292,7 +292,7 @@ func TestPagesOfLargeObjects(t *testing.T) {
 	f.mu.Lock()
 	limits := strings.Join(f.limits, " ")
 	f.mu.Unlock()
-	// 400 KiB objects: 4 MiB holds 10 of them, minPageSize anyway.
+	// 400 KiB objects: 1 MiB holds 2 of them, minPageSize 10.
 	if limits != "500 10 10" {
 		t.Errorf("limits asked: %s, want 500 10 10", limits)
 	}
@@ -300,7 +300,7 @@ func TestPagesOfLargeObjects(t *testing.T) {
 		n, size int
 		want    int64
 	}{
-		{0, 0, 500}, {500, 500 * 700, 500}, {500, 500 * 34 << 10, 120}, {2, 2 << 30, 10},
+		{0, 0, 500}, {500, 500 * 700, 500}, {500, 500 * 34 << 10, 30}, {2, 2 << 30, 10},
 	} {
 		if got := r.nextPageSize(tt.n, tt.size); got != tt.want {
 			t.Errorf("nextPageSize(%d, %d) = %d, want %d", tt.n, tt.size, got, tt.want)

@@ -28,7 +28,6 @@
 package reflector
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -45,6 +44,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
+	sigsjson "sigs.k8s.io/json"
 )
 
 // Store is the reflectors' database. Safe for concurrent use.
@@ -209,11 +209,15 @@ type objectMeta struct {
 // the objects of direct lists are. The items of a list come without
 // apiVersion and kind: typ gives them, as client-go does.
 func Trimmed(raw []byte, typ metav1.TypeMeta) (Object, error) {
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber() // numbers as the API server wrote them
+	// As client-go reads an unstructured object: integers as int64,
+	// other numbers as float64, so the object is written again as a direct
+	// list writes it (and without the growing buffers of a json.Decoder).
 	var obj map[string]any
-	if err := d.Decode(&obj); err != nil {
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &obj); err != nil {
 		return Object{}, fmt.Errorf("reading an object: %w", err)
+	}
+	if obj == nil {
+		return Object{}, errors.New("reading an object: it is null")
 	}
 	if _, ok := obj["apiVersion"]; !ok && typ.APIVersion != "" {
 		obj["apiVersion"] = typ.APIVersion

