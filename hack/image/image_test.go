@@ -474,7 +474,7 @@ func TestRun(t *testing.T) {
 	}{
 		{args: []string{"image", "-help"}, code: 0, stderr: "usage: go run ./hack/image"},
 		{args: []string{"image", "-platfrom", "linux/amd64"}, code: 2, stderr: "flag provided but not defined: -platfrom"},
-		{args: []string{"image", "-binary", "nosuch"}, code: 1, stderr: "image: -binary nosuch: no cmd/nosuch/main.go (have controller, "},
+		{args: []string{"image", "-binary", "nosuch"}, code: 1, stderr: "image: -binary nosuch: no cmd/nosuch/main.go (have audit-scanner, controller, "},
 		{args: []string{"image", "-binary", "controller", "-created", "yesterday"}, code: 1, stderr: `image: creation time "yesterday": want Unix seconds`},
 	}
 	for _, tc := range tests {
