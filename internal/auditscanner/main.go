@@ -100,7 +100,7 @@ func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, policiesv1.AddToScheme,
-		openreportsv1alpha1.AddToScheme, wgpolicyv1alpha2.AddToScheme,
+		openreportsv1alpha1.Install, wgpolicyv1alpha2.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			return nil, fmt.Errorf("building the scheme: %w", err)

@@ -77,6 +77,7 @@ func (h *hostCalls) HostCall(ctx context.Context, _, namespace, operation string
 	if !h.granted(path) {
 		h.logger.WarnContext(ctx, "policy used a host capability it was not granted",
 			observability.KeyPolicyID, h.policyID, "capability", path)
+		//lint:ignore ST1005 Kubewarden's wording, which users and policies see
 		return nil, fmt.Errorf("Policy has not been granted access to the '%s' host capability. The violation has been reported.", path)
 	}
 	if namespace == kubernetesNamespace && operation != "can_i" {
@@ -107,6 +108,7 @@ func (h *hostCalls) checkResource(ctx context.Context, operation string, payload
 	}
 	h.logger.WarnContext(ctx, "policy read a Kubernetes resource it was not granted",
 		observability.KeyPolicyID, h.policyID, "resource", r.APIVersion+"/"+r.Kind)
+	//lint:ignore ST1005 Kubewarden's wording, which users and policies see
 	return fmt.Errorf("Policy has not been granted access to Kubernetes %s/%s resources. The violation has been reported.", r.APIVersion, r.Kind)
 }
 

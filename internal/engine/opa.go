@@ -139,6 +139,7 @@ func (r opaRunner) validate(ctx context.Context, _ wasm.HostCaller, in evalInput
 
 func (r gatekeeperRunner) validate(ctx context.Context, _ wasm.HostCaller, in evalInput) (*validationResponse, error) {
 	if in.raw {
+		//lint:ignore ST1005 Kubewarden's wording, which users and policies see
 		return nil, errors.New(msgGatekeeperRaw)
 	}
 	out, err := r.eval(ctx, slices.Concat([]byte(`{"parameters":`), in.settings, []byte(`,"review":`), in.request, []byte(`}`)))

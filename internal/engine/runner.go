@@ -124,6 +124,7 @@ func (r wasiRunner) validate(ctx context.Context, host wasm.HostCaller, in evalI
 	}
 	var vr validationResponse
 	if err := json.Unmarshal(res.Stdout, &vr); err != nil {
+		//lint:ignore ST1005 Kubewarden's wording, which users and policies see
 		return nil, fmt.Errorf("Cannot deserialize policy validation response: %w", err)
 	}
 	return &vr, nil

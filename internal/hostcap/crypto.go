@@ -46,6 +46,7 @@ func verifyCertificate(req CertificateVerificationRequest, roots *x509.CertPool,
 	if req.NotAfter != nil {
 		t, err := time.Parse(time.RFC3339, *req.NotAfter)
 		if err != nil {
+			//lint:ignore ST1005 Kubewarden's wording, which users and policies see
 			return certificateVerificationResponse{}, errors.New("Timestamp not_after is not in RFC3339 format")
 		}
 		at = t.Truncate(time.Second)

@@ -160,7 +160,7 @@ func TestTTLCache(t *testing.T) {
 		}
 		return b[0]
 	}
-	if get("a") != 1 || get("a") != 1 {
+	if first, again := get("a"), get("a"); first != 1 || again != 1 {
 		t.Fatal("not cached")
 	}
 	c.t = c.t.Add(5 * time.Second)

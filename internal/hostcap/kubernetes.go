@@ -434,13 +434,13 @@ func (k *Kubernetes) getReflected(ctx context.Context, r KubernetesGetResource) 
 	namespace := ""
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		if r.Namespace == nil {
-			return nil, true, fmt.Errorf("Resource %s/%s is namespaced, but no namespace was provided", r.APIVersion, r.Kind)
+			return nil, true, errNoNamespace(r.APIVersion, r.Kind)
 		}
 		namespace = *r.Namespace
 	}
 	raw, err = t.Get(ctx, namespace, r.Name)
 	if err == nil && raw == nil {
-		err = fmt.Errorf("Cannot find %s/%s named '%s' inside of namespace '%s'", r.APIVersion, r.Kind, r.Name, rustOption(r.Namespace))
+		err = errNotFound(r.APIVersion, r.Kind, r.Name, r.Namespace)
 	}
 	return raw, true, err
 }
@@ -453,18 +453,30 @@ func (k *Kubernetes) getUncached(ctx context.Context, apiVersion, kind, name str
 	var ri dynamic.ResourceInterface = k.dynamic.Resource(m.Resource)
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		if namespace == nil {
-			return nil, fmt.Errorf("Resource %s/%s is namespaced, but no namespace was provided", apiVersion, kind)
+			return nil, errNoNamespace(apiVersion, kind)
 		}
 		ri = k.dynamic.Resource(m.Resource).Namespace(*namespace)
 	}
 	obj, err := ri.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("Cannot find %s/%s named '%s' inside of namespace '%s'", apiVersion, kind, name, rustOption(namespace))
+		return nil, errNotFound(apiVersion, kind, name, namespace)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return obj.MarshalJSON()
+}
+
+// The errors of get_resource, in Kubewarden's words.
+
+func errNoNamespace(apiVersion, kind string) error {
+	//lint:ignore ST1005 Kubewarden's wording, which policies see
+	return fmt.Errorf("Resource %s/%s is namespaced, but no namespace was provided", apiVersion, kind)
+}
+
+func errNotFound(apiVersion, kind, name string, namespace *string) error {
+	//lint:ignore ST1005 Kubewarden's wording, which policies see
+	return fmt.Errorf("Cannot find %s/%s named '%s' inside of namespace '%s'", apiVersion, kind, name, rustOption(namespace))
 }
 
 // rustOption writes an optional string as Rust's Debug does: None or

@@ -207,11 +207,6 @@ func TestReplayer(t *testing.T) {
 	}
 }
 
-// handlerFunc makes a Handler of a function.
-type handlerFunc func(context.Context, Request) ([]byte, error)
-
-func (f handlerFunc) Handle(ctx context.Context, r Request) ([]byte, error) { return f(ctx, r) }
-
 // TestRecordThenReplay records exchanges, writes them, reads them back and
 // replays them: same answers, without the handler that recorded them.
 func TestRecordThenReplay(t *testing.T) {

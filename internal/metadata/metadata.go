@@ -129,9 +129,11 @@ func (m *Metadata) ValidateForServer(compatVersion string) error {
 	switch m.Mode() {
 	case ModeWapc:
 		if m.ProtocolVersion == "" {
+			//lint:ignore ST1005 Kubewarden's wording, which users and policies see
 			return errors.New("Policy is missing protocol version, which is required for KubewardenWapc execution mode")
 		}
 		if m.ProtocolVersion != ProtocolV1 {
+			//lint:ignore ST1005 Kubewarden's wording, which users and policies see
 			return fmt.Errorf("Policy uses protocol version %s but only V1 is supported", m.ProtocolVersion)
 		}
 	case ModeWASI, ModeOPA, ModeGatekeeper:
@@ -153,6 +155,7 @@ func (m *Metadata) ValidateForServer(compatVersion string) error {
 			return fmt.Errorf("invalid server version %q: %w", compatVersion, err)
 		}
 		if need[0] > have[0] || (need[0] == have[0] && need[1] > have[1]) {
+			//lint:ignore ST1005 Kubewarden's wording, which users and policies see
 			return fmt.Errorf("Policy required Kubewarden version %d.%d.0 but is running on %s", need[0], need[1], compatVersion)
 		}
 	}

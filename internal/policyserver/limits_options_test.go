@@ -103,7 +103,7 @@ func TestBodyBudget(t *testing.T) {
 		t.Fatalf("%d waiting after a release that fits only the second, want 2", n)
 	}
 	b.release(6)
-	if !<-done || !<-done {
+	if first, second := <-done, <-done; !first || !second {
 		t.Fatal("a waiter was refused")
 	}
 	if b.held != 6 {

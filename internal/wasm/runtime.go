@@ -570,6 +570,7 @@ func (it *interruptible) guard(ctx context.Context) (done func() (interrupted bo
 	return func() bool {
 		if !stop() {
 			it.mu.Lock() // the function started: wait until it is done
+			//lint:ignore SA2001 the empty section waits for the function setting the flag to finish
 			it.mu.Unlock()
 		}
 		set := it.set
