@@ -9,6 +9,7 @@ import (
 
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -260,23 +261,14 @@ func (k reportKind) list(cluster bool) client.ObjectList {
 
 // items returns the reports of a list made by list.
 func (k reportKind) items(l client.ObjectList) []client.Object {
-	var out []client.Object
-	switch l := l.(type) {
-	case *openreportsv1alpha1.ClusterReportList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *openreportsv1alpha1.ReportList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *wgpolicyv1alpha2.ClusterPolicyReportList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *wgpolicyv1alpha2.PolicyReportList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
+	objs, err := apimeta.ExtractList(l)
+	if err != nil {
+		return nil // not a list: list makes only the four report lists
+	}
+	out := make([]client.Object, 0, len(objs))
+	for _, o := range objs {
+		if co, ok := o.(client.Object); ok {
+			out = append(out, co)
 		}
 	}
 	return out
