@@ -54,7 +54,7 @@ func TestWebhookShapes(t *testing.T) {
 		{
 			name:   "service, cluster-wide",
 			policy: policies[0],
-			target: webhookTarget{namespace: "warden", policyServer: "default", caBundle: []byte("ca")},
+			target: webhookTarget{namespace: "warden", service: "policy-server-default", caBundle: []byte("ca")},
 			check: func(t *testing.T, w admissionregistrationv1.ValidatingWebhook) {
 				svc := w.ClientConfig.Service
 				if svc == nil || svc.Namespace != "warden" || svc.Name != "policy-server-default" ||
@@ -71,7 +71,7 @@ func TestWebhookShapes(t *testing.T) {
 		{
 			name:   "URL, namespaced",
 			policy: policies[1],
-			target: webhookTarget{namespace: "warden", policyServer: "default", caBundle: []byte("ca"), url: "https://127.0.0.1:8443/"},
+			target: webhookTarget{namespace: "warden", service: "policy-server-default", caBundle: []byte("ca"), url: "https://127.0.0.1:8443/"},
 			check: func(t *testing.T, w admissionregistrationv1.ValidatingWebhook) {
 				if w.ClientConfig.Service != nil || w.ClientConfig.URL == nil ||
 					*w.ClientConfig.URL != "https://127.0.0.1:8443/validate/namespaced-team-cel" {

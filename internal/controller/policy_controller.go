@@ -182,7 +182,7 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	t := webhookTarget{namespace: r.Namespace, policyServer: ps.Name, caBundle: bundle, url: r.PolicyServerURL, generation: target}
+	t := webhookTarget{namespace: r.Namespace, service: ps.NameWithPrefix(), caBundle: bundle, url: r.PolicyServerURL, generation: target}
 	routing := map[string]string{
 		servedGenerationAnnotation:   strconv.FormatInt(target, 10),
 		previousGenerationAnnotation: strconv.FormatInt(previous, 10),

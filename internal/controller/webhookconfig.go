@@ -13,9 +13,9 @@ import (
 
 // webhookTarget is where the API server sends a policy's requests.
 type webhookTarget struct {
-	namespace    string // the deployments namespace
-	policyServer string // the PolicyServer's name
-	caBundle     []byte
+	namespace string // the deployments namespace
+	service   string // the PolicyServer's Service (PolicyServer.NameWithPrefix)
+	caBundle  []byte
 	// url, for development, replaces the Service with a URL: the policy's
 	// path is appended to it.
 	url string
@@ -29,20 +29,20 @@ func (t webhookTarget) clientConfig(uniqueName string) admissionregistrationv1.W
 	if t.generation > 0 {
 		path += "/" + strconv.FormatInt(t.generation, 10)
 	}
-	if t.url != "" {
-		return admissionregistrationv1.WebhookClientConfig{
-			URL:      ptr.To(strings.TrimSuffix(t.url, "/") + path),
-			CABundle: t.caBundle,
-		}
+	return clientConfig(t.url, t.namespace, t.service, path, t.caBundle)
+}
+
+// clientConfig is where the API server sends a webhook's requests, the
+// policies' and the controller's own: path on port 443 of the Service
+// namespace/service, or, for development, path appended to url when it is
+// set. The webhook's certificate must chain to bundle.
+func clientConfig(url, namespace, service, path string, bundle []byte) admissionregistrationv1.WebhookClientConfig {
+	if url != "" {
+		return admissionregistrationv1.WebhookClientConfig{URL: ptr.To(strings.TrimSuffix(url, "/") + path), CABundle: bundle}
 	}
 	return admissionregistrationv1.WebhookClientConfig{
-		Service: &admissionregistrationv1.ServiceReference{
-			Namespace: t.namespace,
-			Name:      "policy-server-" + t.policyServer,
-			Path:      ptr.To(path),
-			Port:      ptr.To[int32](443),
-		},
-		CABundle: t.caBundle,
+		Service:  &admissionregistrationv1.ServiceReference{Namespace: namespace, Name: service, Path: ptr.To(path), Port: ptr.To[int32](443)},
+		CABundle: bundle,
 	}
 }
 

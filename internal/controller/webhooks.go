@@ -336,15 +336,9 @@ func (c *webhookConfigurations) apply(ctx context.Context) error {
 // webhook is the webhook of kind k at path; prefix is "m" or "v", as in
 // Kubewarden's webhook names (mpolicyserver.kb.io).
 func (c *webhookConfigurations) webhook(prefix string, k webhookKind, path string, bundle []byte) admissionregistrationv1.ValidatingWebhook {
-	cc := admissionregistrationv1.WebhookClientConfig{CABundle: bundle}
-	if c.url != "" {
-		cc.URL = ptr.To(strings.TrimSuffix(c.url, "/") + path)
-	} else {
-		cc.Service = &admissionregistrationv1.ServiceReference{Namespace: c.namespace, Name: c.service, Path: ptr.To(path), Port: ptr.To[int32](443)}
-	}
 	return admissionregistrationv1.ValidatingWebhook{
 		Name:         prefix + strings.ToLower(k.kind) + ".kb.io",
-		ClientConfig: cc,
+		ClientConfig: clientConfig(c.url, c.namespace, c.service, path, bundle),
 		Rules: []admissionregistrationv1.RuleWithOperations{{
 			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
 			Rule: admissionregistrationv1.Rule{
