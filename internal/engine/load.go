@@ -229,17 +229,29 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Polic
 		return nil, err
 	}
 	p.run = run
-	svr := run.validateSettings(initCtx, p.host, p.settings)
-	if !svr.Valid {
+	if err := validatePolicySettings(initCtx, p); err != nil {
 		release(ctx)
-		msg := "no message"
-		if svr.Message != nil {
-			msg = *svr.Message
-		}
-		return nil, &invalidSettingsError{msg}
+		return nil, err
 	}
 	p.release = release
 	return p, nil
+}
+
+// validatePolicySettings is the step of loading that asks the policy
+// whether it accepts its settings (its validate_settings, or the native
+// CEL policy's compilation in newCELRunner), as Kubewarden does before
+// serving a policy. Their shape (a mapping) was checked when the
+// configuration was read (config.go).
+func validatePolicySettings(ctx context.Context, p *Policy) error {
+	svr := p.run.validateSettings(ctx, p.host, p.settings)
+	if svr.Valid {
+		return nil
+	}
+	msg := "no message"
+	if svr.Message != nil {
+		msg = *svr.Message
+	}
+	return &invalidSettingsError{msg}
 }
 
 // invalidSettingsError is a policy's verdict that its settings are invalid.
