@@ -1,9 +1,9 @@
 // Package admission is the admission.k8s.io/v1 AdmissionReview wire format as
 // the policy server reads and writes it.
 //
-// The request is kept as raw bytes and handed to policies verbatim (compat 1.3:
-// "as received"); only the fields Warden itself needs are decoded. It imports
-// nothing from Warden but jsontape.
+// The request is kept as raw bytes and handed to policies verbatim
+// (docs/compatibility.md#validation-requests-and-responses); only the fields
+// Warden itself needs are decoded. It imports nothing from Warden but jsontape.
 package admission
 
 import (

@@ -1,8 +1,9 @@
 // Package auditscanner is Warden's audit scanner (cmd/audit-scanner): it
 // evaluates the objects already in the cluster against the active policies
 // through the policy servers' /audit endpoint, and writes one report per
-// object, as Kubewarden's audit-scanner does (compat section 6), so that
-// existing report consumers read Warden's results unchanged.
+// object, as Kubewarden's audit-scanner does
+// (docs/compatibility.md#audit-scanner), so that existing report consumers read
+// Warden's results unchanged.
 //
 // One run (Scanner.Run) lists the policies once, then scans the cluster-wide
 // resources and every namespace (or only one of them, with --cluster or

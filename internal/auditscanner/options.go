@@ -11,17 +11,17 @@ import (
 	"github.com/wardenhq/warden/internal/observability"
 )
 
-// Values of --report-kind (compat 6). "openreport" is how Kubewarden's help
-// spells the first one; both are accepted.
+// Values of --report-kind (docs/compatibility.md#audit-scanner). "openreport"
+// is how Kubewarden's help spells the first one; both are accepted.
 const (
 	ReportKindOpenReports  = "openreports"
 	ReportKindOpenReport   = "openreport"
 	ReportKindPolicyReport = "policyreport"
 )
 
-// Options configure one run of the audit scanner. Their flags are
-// Kubewarden's (compat 6), with its defaults, except --loglevel, which
-// defaults to info; --metrics-file, --metrics-pushgateway-url,
+// Options configure one run of the audit scanner. Their flags are Kubewarden's
+// (docs/compatibility.md#audit-scanner), with its defaults, except --loglevel,
+// which defaults to info; --metrics-file, --metrics-pushgateway-url,
 // --kube-api-qps and --kube-api-burst are Warden's.
 type Options struct {
 	// Namespace scans this namespace only (-n).
@@ -81,7 +81,7 @@ type Options struct {
 }
 
 // DefaultOptions returns the defaults of every option: Kubewarden's binary
-// defaults (compat 6), and info for the log level.
+// defaults (docs/compatibility.md#audit-scanner), and info for the log level.
 func DefaultOptions() Options {
 	return Options{
 		KubewardenNamespace: "kubewarden",

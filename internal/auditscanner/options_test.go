@@ -8,7 +8,8 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// TestFlags checks every flag of compat 6: its name, shorthand and default.
+// TestFlags checks every flag of Kubewarden's audit-scanner
+// (docs/compatibility.md#audit-scanner): its name, shorthand and default.
 func TestFlags(t *testing.T) {
 	opts := DefaultOptions()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)

@@ -20,7 +20,7 @@ import (
 )
 
 // appInstanceLabel labels the Service of a PolicyServer with
-// "policy-server-<name>" (compat 6).
+// "policy-server-<name>" (docs/compatibility.md#audit-scanner).
 const appInstanceLabel = "app.kubernetes.io/instance"
 
 // catalog is every policy of the cluster, listed once at the start of a run.
@@ -101,7 +101,8 @@ func (p *auditPolicy) matches(objLabels map[string]string) bool {
 }
 
 // policySelection is what a scope audits: the policies by the resource they
-// target, and the counts of compat 6.
+// target, and the counts of skipped and errored policies
+// (docs/compatibility.md#audit-scanner).
 type policySelection struct {
 	byGVR map[schema.GroupVersionResource][]*auditPolicy
 	// gvrs are the keys of byGVR, sorted, the order resources are listed in.
@@ -134,15 +135,15 @@ func (c *catalog) policiesForNamespace(ns *corev1.Namespace) (pols []policiesv1.
 	return append(pols, c.namespaced[ns.Name]...), invalid
 }
 
-// selectPolicies applies the rules of compat 6 to pols, for a scope of
-// namespaced resources or of cluster-wide ones, in Kubewarden's order: a
-// policy is skipped when none of its rules is free of wildcards, when none
-// has CREATE, when backgroundAudit is false or when it is not active; it is
-// errored when a resource it targets is unknown, when its objectSelector
-// does not parse, or when its policy server cannot be found; it is left out
-// (neither) when it targets no resource of the scope. invalid are policies
-// already known to be errored.
-// note is told why each policy left out was left out.
+// selectPolicies applies Kubewarden's rules
+// (docs/compatibility.md#audit-scanner) to pols, for a scope of namespaced
+// resources or of cluster-wide ones, in Kubewarden's order: a policy is skipped
+// when none of its rules is free of wildcards, when none has CREATE, when
+// backgroundAudit is false or when it is not active; it is errored when a
+// resource it targets is unknown, when its objectSelector does not parse, or
+// when its policy server cannot be found; it is left out (neither) when it
+// targets no resource of the scope. invalid are policies already known to be
+// errored. note is told why each policy left out was left out.
 func selectPolicies(ctx context.Context, note noteFunc, pols []policiesv1.Policy, invalid []string, namespaced bool, r policyResolver) *policySelection {
 	sel := &policySelection{byGVR: map[schema.GroupVersionResource][]*auditPolicy{}}
 	audited, skipped, errored := map[string]bool{}, map[string]bool{}, map[string]bool{}
@@ -326,9 +327,10 @@ func (r *clusterResolver) auditURL(ctx context.Context, p policiesv1.Policy) (st
 	return b.base + "/audit/" + p.GetUniqueName(), nil
 }
 
-// lookupBase finds the Service of PolicyServer name, as compat 6 does: the
-// only Service of the Kubewarden namespace labelled
-// app.kubernetes.io/instance=policy-server-<name>, on its first port.
+// lookupBase finds the Service of PolicyServer name, as Kubewarden does
+// (docs/compatibility.md#audit-scanner): the only Service of the Kubewarden
+// namespace labelled app.kubernetes.io/instance=policy-server-<name>, on its
+// first port.
 func (r *clusterResolver) lookupBase(ctx context.Context, name string) (string, error) {
 	if name == "" {
 		return "", fmt.Errorf("the policy names no PolicyServer")

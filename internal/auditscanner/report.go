@@ -18,7 +18,7 @@ import (
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 )
 
-// Labels of every report (compat 6).
+// Labels of every report (docs/compatibility.md#audit-scanner).
 const (
 	// LabelManagedBy is set to LabelManagedByValue on every report; the
 	// cleanup deletes only reports labelled so.
@@ -32,7 +32,7 @@ const (
 	LabelRunUID = "kubewarden.io/audit-scanner-run-uid"
 )
 
-// Values inside reports (compat 6).
+// Values inside reports (docs/compatibility.md#audit-scanner).
 const (
 	resultSource            = "kubewarden"
 	propertyMutating        = "mutating"
@@ -84,10 +84,10 @@ type evaluation struct {
 	verdict
 }
 
-// newReport returns the report of obj (compat 6): named after its UID, in
-// its namespace, owned by it, with the run's labels, the summary's skip and
-// error starting at the scope's skipped and errored policies, and one
-// result per evaluation, at time now (seconds).
+// newReport returns the report of obj (docs/compatibility.md#audit-scanner):
+// named after its UID, in its namespace, owned by it, with the run's labels,
+// the summary's skip and error starting at the scope's skipped and errored
+// policies, and one result per evaluation, at time now (seconds).
 func newReport(obj *unstructured.Unstructured, runUID string, skipped, errored int, evals []evaluation, now int64) *report {
 	r := &report{
 		namespace: obj.GetNamespace(),
@@ -122,7 +122,8 @@ func newReport(obj *unstructured.Unstructured, runUID string, skipped, errored i
 	return r
 }
 
-// newResult returns the result of one evaluation (compat 6).
+// newResult returns the result of one evaluation
+// (docs/compatibility.md#audit-scanner).
 func newResult(e evaluation, now int64) result {
 	p := e.policy.policy
 	res := result{policy: e.policy.name, message: e.message, timestamp: now, properties: properties(p)}
@@ -143,7 +144,8 @@ func newResult(e evaluation, now int64) result {
 	return res
 }
 
-// properties are the properties of a policy's results (compat 6).
+// properties are the properties of a policy's results
+// (docs/compatibility.md#audit-scanner).
 func properties(p policiesv1.Policy) map[string]string {
 	props := map[string]string{
 		propertyPolicyRV:   p.GetResourceVersion(),

@@ -37,7 +37,8 @@ func audited(p policiesv1.Policy) *auditPolicy {
 	return &auditPolicy{policy: p, name: p.GetUniqueName()}
 }
 
-// TestNewReport checks every field of a report against compat 6.
+// TestNewReport checks every field of a report against Kubewarden's
+// (docs/compatibility.md#audit-scanner).
 func TestNewReport(t *testing.T) {
 	monitor := clusterPolicy("monitored")
 	monitor.Spec.Mode = policiesv1.PolicyModeMonitor

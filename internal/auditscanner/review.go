@@ -83,9 +83,10 @@ func (rv *reviewer) close() {
 	rv.client.CloseIdleConnections()
 }
 
-// reviewBody returns the AdmissionReview an audit sends for obj (compat 6):
-// a CREATE of the whole object, the request uid being the object's, and the
-// resource being named by its kind, as Kubewarden does.
+// reviewBody returns the AdmissionReview an audit sends for obj
+// (docs/compatibility.md#audit-scanner): a CREATE of the whole object, the
+// request uid being the object's, and the resource being named by its kind, as
+// Kubewarden does.
 func reviewBody(obj *unstructured.Unstructured) ([]byte, error) {
 	raw, err := json.Marshal(obj)
 	if err != nil {

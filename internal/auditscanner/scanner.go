@@ -84,11 +84,11 @@ func New(opts Options, cfg Config) (*Scanner, error) {
 // not be scanned completely: its reports of the previous run were kept.
 var ErrIncomplete = errors.New("the audit is incomplete")
 
-// Run runs one audit (compat 6): the cluster-wide resources, then every
-// namespace but the ignored ones and the Kubewarden namespace (or only one
-// of the two, with --cluster or --namespace). It returns an error wrapping
-// ErrIncomplete when a scope could not be scanned completely, and any
-// other error when the run could not start.
+// Run runs one audit (docs/compatibility.md#audit-scanner): the cluster-wide
+// resources, then every namespace but the ignored ones and the Kubewarden
+// namespace (or only one of the two, with --cluster or --namespace). It returns
+// an error wrapping ErrIncomplete when a scope could not be scanned completely,
+// and any other error when the run could not start.
 func (s *Scanner) Run(ctx context.Context) error {
 	defer s.reviewer.close()
 	start := s.now()

@@ -148,7 +148,7 @@ func fullPatch(obj client.Object) ([]byte, error) {
 }
 
 // staleSelector selects the scanner's reports that this run did not write
-// (compat 6).
+// (docs/compatibility.md#audit-scanner).
 func (st *store) staleSelector() (labels.Selector, error) {
 	notRun, err := labels.NewRequirement(LabelRunUID, selection.NotEquals, []string{st.runUID})
 	if err != nil {
@@ -179,10 +179,10 @@ func (st *store) cleanup(ctx context.Context, namespace string) error {
 }
 
 // deleteLegacyReports deletes every wgpolicyk8s.io PolicyReport and
-// ClusterPolicyReport managed by the scanner, as a run writing OpenReports
-// does first (compat 6). It reads only their metadata, to find the
-// namespaces that hold some, and deletes them with one request per such
-// namespace. Missing CRDs are not an error.
+// ClusterPolicyReport managed by the scanner, as a run writing OpenReports does
+// first (docs/compatibility.md#audit-scanner). It reads only their metadata, to
+// find the namespaces that hold some, and deletes them with one request per
+// such namespace. Missing CRDs are not an error.
 func deleteLegacyReports(ctx context.Context, c client.Client, pageSize int64, logger *slog.Logger) error {
 	managed := client.MatchingLabels{LabelManagedBy: LabelManagedByValue}
 	cluster := &metav1.PartialObjectMetadataList{}

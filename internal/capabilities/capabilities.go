@@ -1,8 +1,8 @@
-// Package capabilities is the tree of host capabilities a policy can be
-// granted (compat 1.4), and the allow-list patterns that grant them. The
-// policy server checks every host call against a policy's patterns; the
-// controller refuses a PolicyServer whose patterns name no capability. Both
-// use this package, so they agree on what a pattern means.
+// Package capabilities is the tree of host capabilities a policy can be granted
+// (docs/compatibility.md#host-capabilities), and the allow-list patterns that
+// grant them. The policy server checks every host call against a policy's
+// patterns; the controller refuses a PolicyServer whose patterns name no
+// capability. Both use this package, so they agree on what a pattern means.
 //
 // A capability is a path: "<namespace>/<operation>", where the operation may
 // carry a version, as in "oci/v1/verify" or "kubernetes/can_i". A pattern is

@@ -1,7 +1,7 @@
 // Package certwatch serves a TLS certificate that follows its files: the
 // policy server's serving certificate and key, and the optional client CAs
-// that turn on mutual TLS (compat 3.1 --cert-file, --key-file,
-// --client-ca-file; 3.9).
+// that turn on mutual TLS (--cert-file, --key-file and --client-ca-file:
+// docs/compatibility.md#tls).
 //
 // The files are reloaded when they change, without a restart and without
 // dropping connections: the directories holding them are watched, which works

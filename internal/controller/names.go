@@ -1,7 +1,8 @@
 package controller
 
 // Names of the objects and labels the controller reads and writes, as
-// Kubewarden's controller names them (compat 5.3 to 5.5).
+// Kubewarden's controller names them
+// (docs/compatibility.md#object-names-and-labels).
 const (
 	// caSecretName is the Secret of Warden's CA, in the deployments
 	// namespace: ca.crt, ca.key, and old-ca.crt during a rotation.

@@ -9,7 +9,8 @@ import (
 )
 
 // Options configures the controller. The flag names are Kubewarden's
-// controller's (compat 5.6) where it has the same setting.
+// controller's (docs/compatibility.md#controller-flags) where it has the same
+// setting.
 type Options struct {
 	// Kubeconfig is the kubeconfig file to use; empty: $KUBECONFIG, then
 	// the in-cluster configuration.

@@ -25,13 +25,14 @@ import (
 	"github.com/wardenhq/warden/internal/groupexpr"
 )
 
-// The checks of the controller's validating webhooks (compat 5.2). The CRDs'
-// CEL rules already refuse what needs no code (the immutable policyServer,
-// protect to monitor, empty rules, the PDB fields); these checks repeat the
-// ones that are cheap, so that a CRD installed without its rules is still
-// guarded, and add those CEL rules cannot express: group expressions,
-// matchConditions as the API server compiles them, namespaced rules, and
-// what needs other objects (a PolicyServer's image pull Secret).
+// The checks of the controller's validating webhooks
+// (docs/compatibility.md#controller-webhooks). The CRDs' CEL rules already
+// refuse what needs no code (the immutable policyServer, protect to monitor,
+// empty rules, the PDB fields); these checks repeat the ones that are cheap, so
+// that a CRD installed without its rules is still guarded, and add those CEL
+// rules cannot express: group expressions, matchConditions as the API server
+// compiles them, namespaced rules, and what needs other objects (a
+// PolicyServer's image pull Secret).
 
 const (
 	// maxMatchConditions is the API server's limit on a webhook's

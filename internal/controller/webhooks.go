@@ -30,11 +30,11 @@ import (
 	"github.com/wardenhq/warden/internal/pki"
 )
 
-// The controller's own admission webhooks (compat 5.2): for each kind, a
-// mutating one that defaults and a validating one that runs the checks of
-// validation.go. The controller serves them with a certificate it issues
-// itself from Warden's CA, and writes the webhook configurations that point
-// the API server at them.
+// The controller's own admission webhooks
+// (docs/compatibility.md#controller-webhooks): for each kind, a mutating one
+// that defaults and a validating one that runs the checks of validation.go. The
+// controller serves them with a certificate it issues itself from Warden's CA,
+// and writes the webhook configurations that point the API server at them.
 
 const (
 	// webhookCertValidity is how long the webhook server's certificate

@@ -24,8 +24,9 @@ const (
 	ModeMonitor = "monitor"
 )
 
-// PolicyConfig is one entry of policies.yml (compat 3.2): a single policy, or
-// a policy group when Policies and Expression are set.
+// PolicyConfig is one entry of policies.yml
+// (docs/compatibility.md#policies-file): a single policy, or a policy group
+// when Policies and Expression are set.
 type PolicyConfig struct {
 	Module                string                 `json:"module,omitempty"`
 	PolicyMode            string                 `json:"policyMode,omitempty"`
@@ -111,7 +112,7 @@ func (c *PolicyConfig) modules() []string {
 }
 
 // config returns the member as a single policy: protect mode, no mutation
-// allowed, no custom message (compat 3.5).
+// allowed, no custom message (docs/compatibility.md#policy-groups).
 func (m *GroupMember) config() *PolicyConfig {
 	return &PolicyConfig{
 		Module:                m.Module,

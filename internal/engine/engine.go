@@ -125,8 +125,9 @@ func (e *Engine) Validate(ctx context.Context, policyID string, req *admission.R
 	return e.run(ctx, p, start, rec, c, origin == OriginValidate), nil
 }
 
-// ValidateRaw evaluates a raw request (compat 2.5): any JSON value, handed to
-// the policy as its request; a mutation is diffed against the whole request.
+// ValidateRaw evaluates a raw request (docs/compatibility.md#raw-policies): any
+// JSON value, handed to the policy as its request; a mutation is diffed against
+// the whole request.
 func (e *Engine) ValidateRaw(ctx context.Context, policyID string, raw json.RawMessage) (*admission.Response, error) {
 	start := time.Now()
 	p, ok := e.policies[policyID]

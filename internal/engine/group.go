@@ -10,14 +10,15 @@ import (
 	"github.com/wardenhq/warden/internal/groupexpr"
 )
 
-// Messages of policy groups; they are Kubewarden's (compat 3.5).
+// Messages of policy groups; they are Kubewarden's
+// (docs/compatibility.md#policy-groups).
 const (
 	msgGroupMutation   = "mutation is not allowed inside of policy group"
 	prefixGroupExprErr = "error evaluating policy group expression: "
 )
 
 // policyGroup is a loaded policy group: members combined by a CEL
-// expression (compat 3.5).
+// expression (docs/compatibility.md#policy-groups).
 type policyGroup struct {
 	expr    *groupexpr.Expression
 	message string

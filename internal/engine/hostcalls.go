@@ -16,12 +16,13 @@ const (
 	kubernetesNamespace = "kubernetes"
 )
 
-// HostCapabilities answers the host calls that reach beyond a policy: the
-// oci, net, crypto and kubernetes namespaces (compat 1.4). The engine calls
-// it only for calls the policy was granted (its hostCapabilities and, for
-// the kubernetes reads, its contextAwareResources); its answer, or its
-// error text, goes to the guest as it is. internal/hostcap implements it.
-// Implementations must be safe for concurrent use.
+// HostCapabilities answers the host calls that reach beyond a policy: the oci,
+// net, crypto and kubernetes namespaces
+// (docs/compatibility.md#host-capabilities). The engine calls it only for calls
+// the policy was granted (its hostCapabilities and, for the kubernetes reads,
+// its contextAwareResources); its answer, or its error text, goes to the guest
+// as it is. internal/hostcap implements it. Implementations must be safe for
+// concurrent use.
 type HostCapabilities interface {
 	HostCall(ctx context.Context, namespace, operation string, payload []byte) ([]byte, error)
 }

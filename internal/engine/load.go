@@ -23,7 +23,8 @@ type Options struct {
 	Recorder Recorder
 
 	// DefaultTimeout bounds every evaluation unless a policy sets
-	// timeoutEvalSeconds; TimeoutProtection false disables both (compat 3.7).
+	// timeoutEvalSeconds; TimeoutProtection false disables both
+	// (docs/compatibility.md#timeouts).
 	DefaultTimeout    time.Duration
 	TimeoutProtection bool
 

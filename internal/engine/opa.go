@@ -17,11 +17,13 @@ import (
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
-// Rego policies compiled to wasm (compat 2.2 and 2.3) run in two modes that
+// Rego policies compiled to wasm run in two modes
+// (docs/compatibility.md#opa-mode, docs/compatibility.md#gatekeeper-mode) that
 // differ only in what they are given and how their result reads: opa and
 // gatekeeper.
 
-// Messages users see; they are Kubewarden's (compat 2.2, 2.3).
+// Messages users see; they are Kubewarden's (docs/compatibility.md#opa-mode,
+// docs/compatibility.md#gatekeeper-mode).
 const (
 	msgCannotInterpretOPA = "cannot interpret OPA policy result"
 	msgGatekeeperRaw      = "Gatekeeper does not support raw validation requests"
@@ -37,10 +39,11 @@ type regoModule struct {
 	kube     *regoContext // nil: the data loaded serves every evaluation
 }
 
-// opaRunner runs Rego policies in opa mode (compat 2.2).
+// opaRunner runs Rego policies in opa mode (docs/compatibility.md#opa-mode).
 type opaRunner struct{ *regoModule }
 
-// gatekeeperRunner runs Rego policies in gatekeeper mode (compat 2.3).
+// gatekeeperRunner runs Rego policies in gatekeeper mode
+// (docs/compatibility.md#gatekeeper-mode).
 type gatekeeperRunner struct {
 	*regoModule
 	logger *slog.Logger
@@ -117,7 +120,7 @@ func (m *regoModule) eval(ctx context.Context, input []byte) ([]byte, error) {
 }
 
 // validateSettings accepts any settings: Rego policies have no generic way
-// to validate them (compat 2.2).
+// to validate them (docs/compatibility.md#opa-mode).
 func (m *regoModule) validateSettings(context.Context, wasm.HostCaller, []byte) settingsValidationResponse {
 	return settingsValidationResponse{Valid: true}
 }

@@ -9,11 +9,11 @@ import (
 	"github.com/wardenhq/warden/internal/observability"
 )
 
-// Post-processing: what the engine does to a policy's answer to an
-// admission request (OriginValidate) before it goes back, in Kubewarden's
-// order (compat 3.4): monitor mode, then the mutation gate
-// (allowedToMutate), then the custom rejection message. Audit requests and
-// raw validation get the policy's answer as it is.
+// Post-processing: what the engine does to a policy's answer to an admission
+// request (OriginValidate) before it goes back, in Kubewarden's order
+// (docs/compatibility.md#post-processing): monitor mode, then the mutation gate
+// (allowedToMutate), then the custom rejection message. Audit requests and raw
+// validation get the policy's answer as it is.
 
 // Messages of post-processing; the rejection is Kubewarden's wording.
 const (
@@ -22,7 +22,8 @@ const (
 )
 
 // postProcess applies monitor mode, the mutation gate and the custom
-// rejection message, in Kubewarden's order (compat 3.4).
+// rejection message, in Kubewarden's order
+// (docs/compatibility.md#post-processing).
 func (e *Engine) postProcess(ctx context.Context, p *Policy, resp *admission.Response, mutatedObject json.RawMessage) *admission.Response {
 	if p.Mode == ModeMonitor {
 		attrs := []any{

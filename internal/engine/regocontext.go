@@ -17,8 +17,9 @@ import (
 
 // KubernetesReader reads the cluster for the Rego policies granted
 // contextAwareResources, whose data holds every object of those kinds
-// (compat 2.2, 2.3). hostcap.Host implements it; when the engine's
-// HostCapabilities does not, the evaluations of those policies fail.
+// (docs/compatibility.md#opa-mode, docs/compatibility.md#gatekeeper-mode).
+// hostcap.Host implements it; when the engine's HostCapabilities does not, the
+// evaluations of those policies fail.
 type KubernetesReader interface {
 	// ListResourcesAll lists every object of a kind: a Kubernetes List.
 	ListResourcesAll(ctx context.Context, apiVersion, kind string) ([]byte, error)

@@ -10,7 +10,8 @@ import (
 	"github.com/wardenhq/warden/internal/admission"
 )
 
-// validationResponse is what a policy answers to validate (compat 1.3).
+// validationResponse is what a policy answers to validate
+// (docs/compatibility.md#validation-requests-and-responses).
 type validationResponse struct {
 	Accepted         bool              `json:"accepted"`
 	Message          *string           `json:"message"`
@@ -26,7 +27,9 @@ type settingsValidationResponse struct {
 	Message *string `json:"message"`
 }
 
-// Messages users see; they are Kubewarden's (compat 1.3, 3.4).
+// Messages users see; they are Kubewarden's
+// (docs/compatibility.md#validation-requests-and-responses,
+// docs/compatibility.md#post-processing).
 const (
 	msgDeleteMutation = "Incoming object is null, which happens only with DELETE operations, but the policy is attempting a mutation. This is not allowed"
 	msgTimeout        = "Policy execution interrupted because it exceeded the allowed execution time"

@@ -58,7 +58,8 @@ var requestBuffers = sync.Pool{New: func() any { return new([]byte) }}
 // request should not pin its buffer.
 const maxPooledRequest = 64 << 10
 
-// wapcRunner runs kubewarden-wapc modules (compat 1).
+// wapcRunner runs kubewarden-wapc modules
+// (docs/compatibility.md#wapc-protocol).
 type wapcRunner struct{ w *wasm.Wapc }
 
 func (r wapcRunner) validate(ctx context.Context, host wasm.HostCaller, in evalInput) (*validationResponse, error) {
@@ -98,10 +99,10 @@ func (r wapcRunner) validateSettings(ctx context.Context, host wasm.HostCaller, 
 
 func (r wapcRunner) close(ctx context.Context) { r.w.Close(ctx) }
 
-// wasiRunner runs WASI command modules (compat 2.4): validate on a pool of
-// instances restored to their state at the first read of stdin (shared by
-// the policies of the module), validate-settings, which runs at load only,
-// in a fresh instance per call.
+// wasiRunner runs WASI command modules (docs/compatibility.md#wasi-protocol):
+// validate on a pool of instances restored to their state at the first read of
+// stdin (shared by the policies of the module), validate-settings, which runs
+// at load only, in a fresh instance per call.
 type wasiRunner struct {
 	rt     *wasm.Runtime
 	mod    *wasm.Module

@@ -1,8 +1,8 @@
 // Package groupexpr compiles and evaluates the expressions of policy groups
-// (compat 3.5): CEL over zero-argument functions, one per group member, such
-// as `a() || (b() && !c())`. The controller validates group expressions with
-// Compile and the policy server evaluates them with Eval, so both agree on
-// what is valid.
+// (docs/compatibility.md#policy-groups): CEL over zero-argument functions, one
+// per group member, such as `a() || (b() && !c())`. The controller validates
+// group expressions with Compile and the policy server evaluates them with
+// Eval, so both agree on what is valid.
 //
 // Each member call is expanded at parse time into a variable that Eval
 // resolves on first use, so members are evaluated lazily: `a() && b()` never

@@ -1,8 +1,8 @@
 // Package hostcap answers the host capabilities that reach beyond a policy
-// (compat 1.4): oci (manifest digests, manifests, image configs, cosign
-// signature verification), net (DNS lookups), crypto (certificate trust) and
-// kubernetes (get, list, can_i), and records and replays those interactions
-// in kwctl's session files.
+// (docs/compatibility.md#host-capabilities): oci (manifest digests, manifests,
+// image configs, cosign signature verification), net (DNS lookups), crypto
+// (certificate trust) and kubernetes (get, list, can_i), and records and
+// replays those interactions in kwctl's session files.
 //
 // The engine decides whether a policy may make a call (the host-capability
 // allow-list and the contextAwareResources gate); this package only answers

@@ -142,7 +142,8 @@ type KubernetesGetResource struct {
 
 // KubernetesGetResourcePluralName asks for the name of a kind's resource
 // (v1/Service: services). Guests cannot send it: the host asks it to build
-// the data of Rego policies (compat 2.2), as Kubewarden's does.
+// the data of Rego policies (docs/compatibility.md#opa-mode), as Kubewarden's
+// does.
 type KubernetesGetResourcePluralName struct {
 	APIVersion string `json:"api_version" yaml:"api_version"`
 	Kind       string `json:"kind" yaml:"kind"`
@@ -297,7 +298,8 @@ var required = map[string][]string{
 // Decode decodes the payload a guest sent to namespace/operation into a
 // Request, accepting what Kubewarden's Rust and Go SDKs send: can_i's
 // resource_attributes or resourceAttributes, an empty not_after as none.
-// The operation must be one of the tree of compat 1.4 (not tracing).
+// The operation must be one of the tree of host capabilities, tracing aside
+// (docs/compatibility.md#host-capabilities).
 func Decode(namespace, operation string, payload []byte) (Request, error) {
 	r, err := decode(namespace, operation, payload)
 	if err != nil {

@@ -21,7 +21,7 @@ import (
 // SectionName is the custom section that holds the metadata JSON.
 const SectionName = "io.kubewarden.metadata"
 
-// Execution modes of compat 2.1.
+// Execution modes (docs/compatibility.md#policy-metadata).
 const (
 	ModeWapc       = "kubewarden-wapc"
 	ModeOPA        = "opa"
@@ -29,7 +29,7 @@ const (
 	ModeWASI       = "wasi"
 )
 
-// Policy types of compat 2.1.
+// Policy types (docs/compatibility.md#policy-metadata).
 const (
 	PolicyTypeKubernetes = "kubernetes"
 	PolicyTypeRaw        = "raw"
@@ -121,10 +121,11 @@ func Embed(module []byte, m *Metadata) ([]byte, error) {
 	return wasm.WithCustomSection(module, SectionName, doc)
 }
 
-// ValidateForServer checks what the policy server requires of embedded
-// metadata before it loads a module (compat 2.1), with Kubewarden's messages:
-// protocol v1 for waPC modules, a known execution mode and policy type, and a
-// minimumKubewardenVersion (major.minor) no newer than compatVersion.
+// ValidateForServer checks what the policy server requires of embedded metadata
+// before it loads a module (docs/compatibility.md#policy-metadata), with
+// Kubewarden's messages: protocol v1 for waPC modules, a known execution mode
+// and policy type, and a minimumKubewardenVersion (major.minor) no newer than
+// compatVersion.
 func (m *Metadata) ValidateForServer(compatVersion string) error {
 	switch m.Mode() {
 	case ModeWapc:

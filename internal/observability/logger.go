@@ -13,7 +13,8 @@ import (
 const LevelTrace = slog.LevelDebug - 4
 
 // Log levels and formats accepted by [ParseLevel] and [NewLogger]: the values of
-// Kubewarden's --log-level and --log-fmt flags (compat 3.1).
+// Kubewarden's --log-level and --log-fmt flags
+// (docs/compatibility.md#policy-server-flags).
 const (
 	validLevels  = "trace, debug, info, warn, error"
 	validFormats = "text, json, otlp"

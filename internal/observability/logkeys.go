@@ -3,7 +3,8 @@ package observability
 // Log keys used across Warden. Messages are constant; the variable parts go in
 // key/value pairs with these keys, so that the same fact always has the same
 // key. Where Kubewarden's policy-server traces carry the same fact, the key
-// has the same name (compat 3.9: allowed, mutated, response_code, ...).
+// has the same name (allowed, mutated, response_code, ...:
+// docs/compatibility.md#tracing).
 const (
 	// KeyPolicyID is the policy id (policies.yml key or unique policy name).
 	KeyPolicyID = "policy_id"

@@ -21,9 +21,9 @@ import (
 )
 
 // Names of the meter and instruments, as Kubewarden's policy-server defines
-// them (compat 4). On the Prometheus endpoint they appear verbatim:
-// MetricEvaluationsTotal as a counter, MetricEvaluationLatency as a histogram
-// with _bucket, _sum and _count series.
+// them (docs/compatibility.md#metrics). On the Prometheus endpoint they appear
+// verbatim: MetricEvaluationsTotal as a counter, MetricEvaluationLatency as a
+// histogram with _bucket, _sum and _count series.
 const (
 	MeterName               = "kubewarden"
 	MetricEvaluationsTotal  = "kubewarden_policy_evaluations_total"
@@ -49,7 +49,7 @@ const (
 	OriginAudit    = "audit"
 )
 
-// Attribute keys, Kubewarden's (compat 4).
+// Attribute keys, Kubewarden's (docs/compatibility.md#metrics).
 const (
 	attrPolicyName          = "policy_name"
 	attrPolicyMode          = "policy_mode"
@@ -309,7 +309,7 @@ func (m *Metrics) RecordEvaluation(ctx context.Context, e Evaluation, latency ti
 const maxEvaluationAttributes = 9
 
 // appendEvaluationAttributes appends the attributes of e's metric series
-// (compat 4) to kvs.
+// (docs/compatibility.md#metrics) to kvs.
 func appendEvaluationAttributes(kvs []attribute.KeyValue, e Evaluation) []attribute.KeyValue {
 	kvs = append(kvs,
 		attribute.String(attrPolicyName, e.PolicyName),

@@ -14,8 +14,9 @@ import (
 )
 
 // Span names. The request spans are those of Kubewarden's policy-server, one
-// per route (compat 3.9); SpanEvaluation is the policy evaluation inside a
-// request span, named as Kubewarden's policy evaluator names its own.
+// per route (docs/compatibility.md#tracing); SpanEvaluation is the policy
+// evaluation inside a request span, named as Kubewarden's policy evaluator
+// names its own.
 const (
 	SpanValidation    = "validation"     // POST /validate/{id}
 	SpanAudit         = "audit"          // POST /audit/{id}
@@ -28,7 +29,7 @@ const (
 const TracerName = "kubewarden-policy-server"
 
 // Span attribute keys that are not log keys too (the others are in
-// logkeys.go), Kubewarden's (compat 3.9).
+// logkeys.go), Kubewarden's (docs/compatibility.md#tracing).
 const (
 	spanKeyHost            = "host"
 	spanKeySubResource     = "subresource"
@@ -56,13 +57,13 @@ type TracingOptions struct {
 }
 
 // Tracing exports trace spans over OTLP/gRPC, as Kubewarden's policy-server
-// does with --log-fmt otlp (compat 3.9): one span per admission request,
-// started by [Tracing.Start], and one child span per policy evaluation,
-// recorded by [Tracing.RecordEvaluation]. The exporter is configured by the
-// standard OTEL_EXPORTER_OTLP_* environment variables (endpoint, TLS
-// certificates, headers, timeout; default endpoint localhost:4317), spans are
-// batched as OTEL_BSP_* say and sampled as OTEL_TRACES_SAMPLER says (default:
-// every span).
+// does with --log-fmt otlp (docs/compatibility.md#tracing): one span per
+// admission request, started by [Tracing.Start], and one child span per policy
+// evaluation, recorded by [Tracing.RecordEvaluation]. The exporter is
+// configured by the standard OTEL_EXPORTER_OTLP_* environment variables
+// (endpoint, TLS certificates, headers, timeout; default endpoint
+// localhost:4317), spans are batched as OTEL_BSP_* say and sampled as
+// OTEL_TRACES_SAMPLER says (default: every span).
 //
 // Its methods are safe for concurrent use. A nil *Tracing traces nothing and
 // allocates nothing, so callers need no check when tracing is off.
@@ -152,12 +153,12 @@ func (t *Tracing) Start(ctx context.Context, name, policyID string) (context.Con
 }
 
 // RecordEvaluation records one policy evaluation that ended now and lasted
-// latency as a span named [SpanEvaluation], a child of the request span in
-// ctx, with the attributes of the evaluation's metric series (compat 4):
-// policy_name, policy_mode, accepted, mutated and error_code describe the
-// policy's own answer, before the monitor mode and the other post-processing
-// that the request span's allowed and mutated show. Without a recording span
-// in ctx it records nothing.
+// latency as a span named [SpanEvaluation], a child of the request span in ctx,
+// with the attributes of the evaluation's metric series
+// (docs/compatibility.md#metrics): policy_name, policy_mode, accepted, mutated
+// and error_code describe the policy's own answer, before the monitor mode and
+// the other post-processing that the request span's allowed and mutated show.
+// Without a recording span in ctx it records nothing.
 func (t *Tracing) RecordEvaluation(ctx context.Context, e Evaluation, latency time.Duration) {
 	if t == nil || !trace.SpanFromContext(ctx).IsRecording() {
 		return

@@ -1,7 +1,8 @@
 // Package policyconfig turns policies.kubewarden.io/v1 policies into what a
-// policy server loads: entries of its policies.yml (compat 3.2) and the
-// engine's configurations. The controller and a policy server serving
-// PolicyRevisions (RFC 000) use it, so the two agree on what a policy means.
+// policy server loads: entries of its policies.yml
+// (docs/compatibility.md#policies-file) and the engine's configurations. The
+// controller and a policy server serving PolicyRevisions (RFC 000) use it, so
+// the two agree on what a policy means.
 package policyconfig
 
 import (

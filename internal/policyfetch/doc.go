@@ -1,5 +1,6 @@
 // Package policyfetch fetches policy modules (WebAssembly) for the policy
-// server and the CLI, the way Kubewarden's policy-fetcher does (compat 3.2):
+// server and the CLI, the way Kubewarden's policy-fetcher does
+// (docs/compatibility.md#fetching-policies):
 //
 //   - registry://host[:port]/repo:tag, registry://host/repo@sha256:..., and a
 //     bare host/repo:tag, which means registry://: OCI artifacts with a single

@@ -18,8 +18,8 @@ import (
 )
 
 // Options configure the policy server. Each flag has the environment variable
-// Kubewarden's policy-server reads (compat 3.1); a flag given on the command
-// line wins over its variable.
+// Kubewarden's policy-server reads (docs/compatibility.md#policy-server-flags);
+// a flag given on the command line wins over its variable.
 type Options struct {
 	Addr               string
 	Port               int

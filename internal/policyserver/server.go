@@ -397,7 +397,7 @@ func (s *Server) reflectorsSettled() bool {
 	return false
 }
 
-// Handler returns the webhook routes (compat 3.3).
+// Handler returns the webhook routes (docs/compatibility.md#http-routes).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /validate/{id...}", s.handleReview(engine.OriginValidate))

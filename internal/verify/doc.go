@@ -1,7 +1,7 @@
-// Package verify checks the cosign signatures of policy modules stored in
-// OCI registries, offline, the way Kubewarden's policy-server does with
-// --verification-path (compat 3.2), and signs modules the way cosign sign
-// --key does.
+// Package verify checks the cosign signatures of policy modules stored in OCI
+// registries, offline, the way Kubewarden's policy-server does with
+// --verification-path (docs/compatibility.md#fetching-policies), and signs
+// modules the way cosign sign --key does.
 //
 // A verification.yml (LoadConfig, ParseConfig; KeyConfig for kwctl-style
 // -k/-a flags) lists the signatures a module needs: allOf, all of them, and

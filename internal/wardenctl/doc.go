@@ -1,6 +1,7 @@
 // Package wardenctl implements the wardenctl command: Warden's offline CLI for
-// policy authors, compatible with Kubewarden's kwctl (compat 7). Its commands
-// and flags carry kwctl's names:
+// policy authors, compatible with Kubewarden's kwctl
+// (docs/compatibility.md#wardenctl-and-kwctl). Its commands and flags carry
+// kwctl's names:
 //
 //   - run and bench evaluate a request with a policy through internal/engine,
 //     exactly as the policy server does (protect mode, mutation allowed);

@@ -22,7 +22,7 @@ type RunOptions struct {
 	// ExecutionMode is kwctl's --execution-mode: opa, gatekeeper,
 	// kubewarden or wasi.
 	ExecutionMode string
-	// Raw evaluates a raw request (compat 2.5).
+	// Raw evaluates a raw request (docs/compatibility.md#raw-policies).
 	Raw bool
 	// AllowContextAware grants a policy given as a module the Kubernetes
 	// resources its metadata lists (contextAwareResources); without it, it

@@ -22,7 +22,8 @@ type storeEntry struct {
 	Size   int64
 }
 
-// storeSchemes are the top-level directories of the store (compat 3.2).
+// storeSchemes are the top-level directories of the store
+// (docs/compatibility.md#fetching-policies).
 var storeSchemes = []string{"registry", "https", "http"}
 
 // listStore returns the modules of the store at dir, sorted by URI. A

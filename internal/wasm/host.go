@@ -142,7 +142,8 @@ func (st *callState) stderrText() string {
 	return strings.TrimSpace(string(st.stderr.buf))
 }
 
-// Host module names and functions of the guest ABIs (compat 1.1 and 2.4).
+// Host module names and functions of the guest ABIs
+// (docs/compatibility.md#wapc-protocol, docs/compatibility.md#wasi-protocol).
 const (
 	wapcModule      = "wapc"
 	wasiHostModule  = "host"
@@ -243,8 +244,9 @@ func (r *Runtime) instantiateWapc(ctx context.Context) error {
 	return err
 }
 
-// wasiCall implements host.call (compat 2.4): the same arguments as waPC's
-// __host_call, 0 on success and 1 on failure, the answer appended to stdin.
+// wasiCall implements host.call (docs/compatibility.md#wasi-protocol): the same
+// arguments as waPC's __host_call, 0 on success and 1 on failure, the answer
+// appended to stdin.
 func wasiCall(ctx context.Context, m api.Module, stack []uint64) {
 	st := stateOf(ctx)
 	resp, err := hostCall(ctx, st, m, stack)

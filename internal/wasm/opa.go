@@ -14,7 +14,7 @@ import (
 	"github.com/tetratelabs/wazero/experimental"
 )
 
-// OPA's WebAssembly ABI (compat 2.2), for modules built by
+// OPA's WebAssembly ABI (docs/compatibility.md#opa-mode), for modules built by
 // `opa build -t wasm`.
 //
 // Such a module imports its memory (env.memory) and its host functions (the

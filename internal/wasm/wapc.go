@@ -8,9 +8,9 @@ import (
 	"github.com/tetratelabs/wazero/api"
 )
 
-// Wapc runs calls into one waPC module (compat 1.1), each on an instance in
-// the state the module had right after initialisation. It is safe for
-// concurrent use; each call gets an instance of its own.
+// Wapc runs calls into one waPC module (docs/compatibility.md#wapc-protocol),
+// each on an instance in the state the module had right after initialisation.
+// It is safe for concurrent use; each call gets an instance of its own.
 type Wapc struct {
 	r   *Runtime
 	mod *Module

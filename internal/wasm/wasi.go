@@ -15,12 +15,12 @@ type WASIResult struct {
 // wasiProgramName is argv[0] of WASI policies, as Kubewarden passes it.
 const wasiProgramName = "policy.wasm"
 
-// RunWASI runs a WASI command module (compat 2.4) in a fresh instance with
-// argv ["policy.wasm", command], stdin holding input, and host answering the
-// guest's host.call imports (their answers are appended to stdin). It returns
-// what the guest wrote when it exits with 0, and an *ExitError otherwise. The
-// run is bounded by ctx's deadline. A WASIPool gives the same results without
-// starting the guest from scratch every time.
+// RunWASI runs a WASI command module (docs/compatibility.md#wasi-protocol) in a
+// fresh instance with argv ["policy.wasm", command], stdin holding input, and
+// host answering the guest's host.call imports (their answers are appended to
+// stdin). It returns what the guest wrote when it exits with 0, and an
+// *ExitError otherwise. The run is bounded by ctx's deadline. A WASIPool gives
+// the same results without starting the guest from scratch every time.
 func (r *Runtime) RunWASI(ctx context.Context, m *Module, host HostCaller, command string, input []byte) (WASIResult, error) {
 	if !m.Exports("_start") {
 		return WASIResult{}, errNotCommand

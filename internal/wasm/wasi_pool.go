@@ -53,10 +53,10 @@ import (
 // a host call or closes a file descriptor before its first read, or cannot be
 // snapshotted, is run in a fresh instance per request, as RunWASI does.
 
-// WASIPool runs one command of a WASI command module (compat 2.4) on
-// long-lived instances, each request starting from the state the guest had
-// when it first read stdin. It is safe for concurrent use: every request
-// gets an instance of its own.
+// WASIPool runs one command of a WASI command module
+// (docs/compatibility.md#wasi-protocol) on long-lived instances, each request
+// starting from the state the guest had when it first read stdin. It is safe
+// for concurrent use: every request gets an instance of its own.
 //
 // Close the pool before the Runtime: its idle instances wait on goroutines of
 // their own.

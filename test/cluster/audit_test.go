@@ -211,7 +211,8 @@ func reportsOf(t *testing.T, c client.Client, kind string) map[string]map[string
 	return out
 }
 
-// expectedResult is a result of compat 6, timestamp aside.
+// expectedResult is a result of Kubewarden's reports
+// (docs/compatibility.md#audit-scanner), timestamp aside.
 type expectedResult struct {
 	policy, result, message, severity, category string
 	properties                                  map[string]string
@@ -232,7 +233,8 @@ func (e expectedResult) doc() map[string]any {
 	return d
 }
 
-// props are the properties of the results of p (compat 6).
+// props are the properties of the results of p
+// (docs/compatibility.md#audit-scanner).
 func props(p policiesv1.Policy, extra ...string) map[string]string {
 	m := map[string]string{"policy-resource-version": p.GetResourceVersion(), "policy-uid": string(p.GetUID()), "policy-name": p.GetName()}
 	if p.IsMutating() {
@@ -250,7 +252,8 @@ func props(p policiesv1.Policy, extra ...string) map[string]string {
 }
 
 // checkReport compares report, a document of any of the four kinds,
-// field by field with what compat 6 says of the report of obj.
+// field by field with what Kubewarden writes for obj
+// (docs/compatibility.md#audit-scanner).
 func checkReport(t *testing.T, report map[string]any, obj client.Object, apiVersion, kind, runUID string, summary map[string]int, results []expectedResult) {
 	t.Helper()
 	where := fmt.Sprintf("report of %s %s/%s", kind, obj.GetNamespace(), obj.GetName())
@@ -333,7 +336,8 @@ func generationOf(r map[string]any) float64 {
 
 // TestAudit runs the audit scanner against a real API server and a real
 // policy server over mutual TLS: policy selection, both report kinds,
-// reports compared field by field with compat 6, namespaced and
+// reports compared field by field with Kubewarden's
+// (docs/compatibility.md#audit-scanner), namespaced and
 // cluster-wide resources, ignored namespaces, a second run that patches
 // only the run-uid of unchanged reports and deletes the stale ones, a
 // policy server that is down or refuses the scanner without its client

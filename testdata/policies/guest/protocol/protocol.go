@@ -1,6 +1,8 @@
 // Package protocol holds the JSON documents a Kubewarden policy hands back to
-// its host (compat 1.3) and the payload of the tracing/log host call (compat
-// 1.4), encoded by hand so that a policy pays for no reflection.
+// its host (docs/compatibility.md#validation-requests-and-responses) and the
+// payload of the tracing/log host call
+// (docs/compatibility.md#host-capabilities), encoded by hand so that a policy
+// pays for no reflection.
 //
 // It is pure Go: it must not import guest/wapc, guest/wasi or anything that
 // declares a //go:wasmimport, so it builds and is tested natively.

@@ -1,5 +1,6 @@
-// Package wapc is the guest side of the waPC protocol (compat 1.1) for policies
-// built with the standard Go toolchain as WASI reactors:
+// Package wapc is the guest side of the waPC protocol
+// (docs/compatibility.md#wapc-protocol) for policies built with the standard Go
+// toolchain as WASI reactors:
 //
 //	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared
 //
