@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 	"sync/atomic"
 
 	"github.com/tetratelabs/wazero"
@@ -323,7 +324,8 @@ func (o *OPA) Eval(ctx context.Context, input []byte, builtins OPABuiltinFunc) (
 // zero OPAData: that data). The evaluation runs on an instance that holds
 // data already when one is idle; otherwise the instance parses it first, the
 // same cost as NewOPA's, and keeps it for later evaluations. Loading the
-// data is bounded by ctx too, and fails with "loading the policy data".
+// data is bounded by dataLoadTimeout, not by ctx (see get), and fails with
+// "loading the policy data".
 func (o *OPA) EvalWithData(ctx context.Context, input []byte, data OPAData, builtins OPABuiltinFunc) ([]byte, error) {
 	if data.id == 0 {
 		data = o.data
@@ -367,13 +369,31 @@ func (o *OPA) get(ctx context.Context, data OPAData) (*opaInstance, error) {
 		}
 	}
 	if in.dataID != data.id {
-		if err := o.load(ctx, in, data); err != nil {
+		// The data is the cluster's, not the policy's work: its parse is
+		// bounded by dataLoadTimeout, not by the request, so that a large
+		// inventory that changed is loaded once even when its first
+		// request runs out of time meanwhile. That request fails; the
+		// instance, with the data, serves the next.
+		loadCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dataLoadTimeout)
+		err := o.load(loadCtx, in, data)
+		cancel()
+		if err != nil {
 			in.close(ctx)
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			o.put(ctx, in)
+			if errors.Is(err, context.DeadlineExceeded) {
+				return nil, ErrDeadlineExceeded
+			}
 			return nil, err
 		}
 	}
 	return in, nil
 }
+
+// dataLoadTimeout bounds parsing a data document into an instance.
+const dataLoadTimeout = 30 * time.Second
 
 // put keeps a used instance, or closes it when its evaluation grew its
 // memory past what keepGrown allows above the data (the heap mark after it),

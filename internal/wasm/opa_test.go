@@ -316,3 +316,27 @@ func TestOPADataVersions(t *testing.T) {
 		t.Errorf("%d data loads for 20 serial evaluations of one version, want at most 1", n)
 	}
 }
+
+// TestOPADataLoadOutlivesTheRequest: a request whose deadline passes while
+// its instance parses a new version of the data fails, but the parse
+// completes and the next request finds the data loaded.
+func TestOPADataLoadOutlivesTheRequest(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{})
+	o := newOPA(t, rt, "abi.rego", "abi/result", `{}`, 1)
+	var f fakeBuiltins
+	data := wasm.NewOPAData([]byte(`{"greeting":"late"}`))
+	loads := o.DataLoads()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	if _, err := o.EvalWithData(ctx, []byte(`{"name":"n"}`), data, f.call); !errors.Is(err, wasm.ErrDeadlineExceeded) {
+		t.Fatalf("a request past its deadline: %v, want ErrDeadlineExceeded", err)
+	}
+	out, err := o.EvalWithData(context.Background(), []byte(`{"name":"n"}`), data, f.call)
+	if err != nil || !strings.Contains(string(out), `[\"late\", \"n\"]`) {
+		t.Fatalf("the next request: %s, %v", out, err)
+	}
+	if n := o.DataLoads() - loads; n != 1 {
+		t.Errorf("%d data loads, want the one the late request started", n)
+	}
+}
