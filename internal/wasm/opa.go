@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
