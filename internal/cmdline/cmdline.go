@@ -1,5 +1,5 @@
 // Package cmdline parses the flags of Warden's daemons (policy-server,
-// controller) the way their users expect of a Unix command: --help prints
+// controller, audit-scanner) the way their users expect of a Unix command: --help prints
 // the usage on stdout and exits 0; an unknown flag or a bad value prints the
 // parser's error and the usage on stderr and exits 2. wardenctl has cobra,
 // which does the same. It imports nothing of Warden's.

@@ -1,6 +1,6 @@
 // Package controller holds Warden's reconcilers: one per root kind of
-// policies.kubewarden.io (PolicyServer, the four policy kinds,
-// PolicyRevision).
+// policies.kubewarden.io, PolicyServer and the four policy kinds; the policy
+// reconciler also writes and watches the policies' PolicyRevisions.
 //
 // The kubebuilder:rbac markers in rbac.go are the permissions the controller
 // needs; `make generate` turns them into config/rbac/role.yaml. Add a marker

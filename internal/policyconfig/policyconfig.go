@@ -1,8 +1,8 @@
 // Package policyconfig turns policies.kubewarden.io/v1 policies into what a
 // policy server loads: entries of its policies.yml
-// (docs/compatibility.md#policies-file) and the engine's configurations. The
-// controller and a policy server serving PolicyRevisions (RFC 000) use it, so
-// the two agree on what a policy means.
+// (docs/compatibility.md#policies-file) and the engine's configurations. A
+// policy server serving PolicyRevisions (RFC 000) reads the policies of its
+// revisions through it.
 package policyconfig
 
 import (
