@@ -100,8 +100,8 @@ type KubernetesOptions struct {
 // an answer is assembled from the objects' stored JSON and kept until the
 // kind changes (listCache). get_resource of a kind with a reflector reads
 // it too, unless disable_cache. Reflect starts a kind's reflector ahead of
-// its first list, which would otherwise start it. Without a Store, lists are direct calls to the API
-// server. Either way the items lose their managedFields and
+// its first list, which would otherwise start it. Without a Store, lists
+// are direct calls to the API server. Either way the items lose their managedFields and
 // last-applied-configuration annotation, as a Kubewarden reflector's do.
 // get_resource and can_i answers are cached 5 s unless the request sets
 // disable_cache.
@@ -199,13 +199,12 @@ func (k *Kubernetes) Reflect(apiVersion, kind string) error {
 		return nil
 	}
 	m, err := k.mapping(apiVersion, kind)
-	var unknown *unknownKindError
-	if err != nil && !errors.As(err, &unknown) {
-		k.pendingMu.Lock()
-		k.pending[schema.FromAPIVersionAndKind(apiVersion, kind)] = true
-		k.pendingMu.Unlock()
-	}
 	if err != nil {
+		if unknown := (*unknownKindError)(nil); !errors.As(err, &unknown) {
+			k.pendingMu.Lock()
+			k.pending[schema.FromAPIVersionAndKind(apiVersion, kind)] = true
+			k.pendingMu.Unlock()
+		}
 		return err
 	}
 	_, err = k.reflectors.Start(m.Resource)
@@ -215,23 +214,28 @@ func (k *Kubernetes) Reflect(apiVersion, kind string) error {
 // ListsChangedSince tells whether the objects of a kind changed since a
 // time; tracked is false unless a reflector of the kind holds a full list.
 func (k *Kubernetes) ListsChangedSince(apiVersion, kind string, since time.Time) (changed, tracked bool) {
-	if k.reflectors == nil {
-		return false, false
-	}
-	m, err := k.mapping(apiVersion, kind)
-	if err != nil {
-		return false, false
-	}
-	t := k.reflectors.Table(m.Resource)
+	t, _ := k.syncedTable(apiVersion, kind)
 	if t == nil {
 		return false, false
 	}
-	select {
-	case <-t.Synced():
-		return t.ChangedSince(since), true
-	default:
-		return false, false
+	return t.ChangedSince(since), true
+}
+
+// syncedTable returns the table of a kind's reflector and the kind's
+// mapping when the reflector holds a full list; nil otherwise (no store, a
+// kind not resolved, or not reflected, or not listed yet).
+func (k *Kubernetes) syncedTable(apiVersion, kind string) (*reflector.Table, *meta.RESTMapping) {
+	if k.reflectors == nil {
+		return nil, nil
 	}
+	m, err := k.mapping(apiVersion, kind)
+	if err != nil {
+		return nil, nil
+	}
+	if t := k.reflectors.Table(m.Resource); t != nil && t.HasSynced() {
+		return t, m
+	}
+	return nil, nil
 }
 
 // ReflectorsSettled reports whether every reflector started has listed
@@ -415,21 +419,12 @@ func (k *Kubernetes) get(ctx context.Context, r KubernetesGetResource) ([]byte, 
 // is false otherwise. Its answer is the object as the reflector keeps it,
 // without managedFields and the last-applied-configuration annotation.
 func (k *Kubernetes) getReflected(ctx context.Context, r KubernetesGetResource) (raw []byte, reflected bool, err error) {
-	if k.reflectors == nil || r.DisableCache {
+	if r.DisableCache {
 		return nil, false, nil
 	}
-	m, err := k.mapping(r.APIVersion, r.Kind)
-	if err != nil {
-		return nil, false, nil // getUncached answers the error
-	}
-	t := k.reflectors.Table(m.Resource)
+	t, m := k.syncedTable(r.APIVersion, r.Kind)
 	if t == nil {
-		return nil, false, nil
-	}
-	select {
-	case <-t.Synced():
-	default:
-		return nil, false, nil
+		return nil, false, nil // getUncached answers, errors included
 	}
 	namespace := ""
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {

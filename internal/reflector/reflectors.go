@@ -129,7 +129,7 @@ func rawClient(cfg *rest.Config) (rest.Interface, error) {
 }
 
 // Start starts the reflector of gvr, unless it runs already. It returns at
-// once; the table fills as the first list arrives (Table.Synced).
+// once; the table fills as the first list arrives (Table.HasSynced).
 func (r *Reflectors) Start(gvr schema.GroupVersionResource) (*Table, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -170,10 +170,8 @@ func (r *Reflectors) Settled() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rf := range r.reflected {
-		select {
-		case <-rf.table.Synced():
+		if rf.table.HasSynced() {
 			continue
-		default:
 		}
 		rf.mu.Lock()
 		err := rf.listErr

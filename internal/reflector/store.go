@@ -159,8 +159,15 @@ type Table struct {
 // Name is the table's name in the database.
 func (t *Table) Name() string { return t.name }
 
-// Synced is closed once the table holds a full list of the resource.
-func (t *Table) Synced() <-chan struct{} { return t.synced }
+// HasSynced reports whether the table holds a full list of the resource.
+func (t *Table) HasSynced() bool {
+	select {
+	case <-t.synced:
+		return true
+	default:
+		return false
+	}
+}
 
 // WaitSynced waits until the table holds a full list, or ctx is done.
 func (t *Table) WaitSynced(ctx context.Context) error {
