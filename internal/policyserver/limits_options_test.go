@@ -9,13 +9,7 @@ import (
 
 // TestLimitOptions covers the flags of the request limits and of TLS.
 func TestLimitOptions(t *testing.T) {
-	tests := []struct {
-		name    string
-		args    []string
-		env     map[string]string
-		check   func(t *testing.T, o Options)
-		wantErr string
-	}{
+	tests := []optionCase{
 		{name: "defaults", check: func(t *testing.T, o Options) {
 			if o.inFlightBodyBytes() != 64<<20 || o.RequestReadTimeout != 10*time.Second || o.TLSMinVersion != "1.2" || o.TLSCipherSuites != nil {
 				t.Errorf("budget %d, %+v", o.inFlightBodyBytes(), o)
@@ -48,21 +42,7 @@ func TestLimitOptions(t *testing.T) {
 			wantErr: `--tls-cipher-suites: unknown or insecure TLS 1.2 cipher suite "ECDHE-ECDSA-AES128-SHA" (accepted: TLS_`},
 		{name: "TLS 1.1", args: []string{"--tls-min-version", "1.1"}, wantErr: `--tls-min-version: unknown or insecure TLS version "1.1" (accepted: 1.2, 1.3, VersionTLS12, VersionTLS13)`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o, err := parse(t, tt.args, tt.env)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.check(t, o)
-		})
-	}
+	runOptionCases(t, tests)
 }
 
 // The command reports an unknown cipher suite before anything starts.

@@ -22,14 +22,38 @@ func parse(t *testing.T, args []string, env map[string]string) (Options, error) 
 	return opts, opts.Validate()
 }
 
+// optionCase is a command line and environment, and what parsing them
+// gives: options that check accepts, or an error containing wantErr.
+type optionCase struct {
+	name    string
+	args    []string
+	env     map[string]string
+	check   func(t *testing.T, o Options)
+	wantErr string
+}
+
+// runOptionCases parses each case as the command does, a subtest each.
+func runOptionCases(t *testing.T, tests []optionCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parse(t, tt.args, tt.env)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, o)
+		})
+	}
+}
+
 func TestOptions(t *testing.T) {
-	tests := []struct {
-		name    string
-		args    []string
-		env     map[string]string
-		check   func(t *testing.T, o Options)
-		wantErr string
-	}{
+	tests := []optionCase{
 		{name: "defaults", check: func(t *testing.T, o Options) {
 			if o.Port != 3000 || o.ReadinessProbePort != 8081 || o.PolicyTimeout != 2*time.Second || o.PoliciesPath != "policies.yml" || o.Addr != "0.0.0.0" {
 				t.Errorf("%+v", o)
@@ -77,21 +101,7 @@ func TestOptions(t *testing.T) {
 		{name: "shared cache without a private one", args: []string{"--shared-cache-dir", "/cache", "--cache-dir", "",
 			"--cache-signing-cert", "c", "--cache-signing-key", "k", "--cache-ca-file", "ca"}, wantErr: "--shared-cache-dir requires --cache-dir"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o, err := parse(t, tt.args, tt.env)
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error = %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.check(t, o)
-		})
-	}
+	runOptionCases(t, tests)
 }
 
 // The command reports a command line it cannot parse, as wardenctl does,
