@@ -12,11 +12,15 @@ CONTROLLER_TOOLS_VERSION := v0.21.0
 CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
 
 # Output directories. hack/verify-generate.sh points them at a scratch
-# directory; an empty DEEPCOPY_DIR writes zz_generated.deepcopy.go next to the
-# types.
+# directory. DEEPCOPY_DIR is a directory standing for api/: each API
+# package's zz_generated.deepcopy.go goes under it at the package's path
+# below api/; empty writes each next to its types.
 CRD_DIR ?= config/crd/bases
 RBAC_DIR ?= config/rbac
 DEEPCOPY_DIR ?=
+
+# The API packages, below api/, each with its own deepcopy file.
+API_PACKAGES := policies/v1 sync/v1alpha1
 
 # Name of the ClusterRole in config/rbac/role.yaml.
 RBAC_ROLE_NAME := warden-controller
@@ -25,8 +29,8 @@ RBAC_ROLE_NAME := warden-controller
 generate:
 	mkdir -p $(CRD_DIR) $(RBAC_DIR)
 	rm -f $(CRD_DIR)/*.yaml
+	$(foreach pkg,$(API_PACKAGES),$(CONTROLLER_GEN) object $(if $(DEEPCOPY_DIR),output:object:dir=$(DEEPCOPY_DIR)/$(pkg)) paths=./api/$(pkg) &&) true
 	$(CONTROLLER_GEN) \
-		object $(if $(DEEPCOPY_DIR),output:object:dir=$(DEEPCOPY_DIR)) \
 		crd output:crd:dir=$(CRD_DIR) \
 		rbac:roleName=$(RBAC_ROLE_NAME) output:rbac:dir=$(RBAC_DIR) \
 		paths=./api/... paths=./internal/controller/...

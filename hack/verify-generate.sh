@@ -18,7 +18,7 @@ out=$scratch/generated
 if ! make --no-print-directory generate \
 	CRD_DIR="$out/config/crd/bases" \
 	RBAC_DIR="$out/config/rbac" \
-	DEEPCOPY_DIR="$out/api/policies/v1" \
+	DEEPCOPY_DIR="$out/api" \
 	>"$scratch/generate.log" 2>&1; then
 	cat "$scratch/generate.log" >&2
 	echo "verify-generate: make generate failed" >&2
@@ -32,12 +32,15 @@ fi
 
 # Copy the tree's version of the same paths beside it, so that the diff
 # names files by their path in the tree.
-mkdir -p "$scratch/tree/config/crd" "$scratch/tree/api/policies/v1"
+mkdir -p "$scratch/tree/config/crd"
 [[ -d config/crd/bases ]] && cp -R config/crd/bases "$scratch/tree/config/crd/"
 [[ -d config/crd/reports ]] && cp -R config/crd/reports "$scratch/tree/config/crd/"
 [[ -d config/rbac ]] && cp -R config/rbac "$scratch/tree/config/"
-[[ -f api/policies/v1/zz_generated.deepcopy.go ]] &&
-	cp api/policies/v1/zz_generated.deepcopy.go "$scratch/tree/api/policies/v1/"
+for f in api/*/*/zz_generated.deepcopy.go; do
+	[[ -f $f ]] || continue
+	mkdir -p "$scratch/tree/$(dirname "$f")"
+	cp "$f" "$scratch/tree/$f"
+done
 
 if ! (cd "$scratch" && diff -ru tree generated); then
 	echo >&2

@@ -4,6 +4,7 @@ package clustertest
 
 import (
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +37,14 @@ type Cluster struct {
 	Client client.Client
 	// Scheme is the scheme Client was made with.
 	Scheme *runtime.Scheme
+
+	stop func()
 }
+
+// Stop stops the API server and etcd before the test ends, as a cluster
+// that goes down; it reports a failure to stop as a test error. Stopping
+// twice, or at the end of the test after Stop, does nothing more.
+func (c *Cluster) Stop() { c.stop() }
 
 // Option configures Start.
 type Option func(*options)
@@ -121,15 +129,16 @@ func Start(t testing.TB, opts ...Option) *Cluster {
 		}
 		t.Fatalf("starting a test cluster with the binaries in %s: %v", dir, err)
 	}
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		if err := env.Stop(); err != nil {
 			t.Errorf("stopping the test cluster: %v", err)
 		}
 	})
+	t.Cleanup(stop)
 
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatalf("starting a test cluster: making a client: %v", err)
 	}
-	return &Cluster{Config: cfg, Client: c, Scheme: scheme}
+	return &Cluster{Config: cfg, Client: c, Scheme: scheme, stop: stop}
 }

@@ -340,14 +340,24 @@ func ready(port int) bool {
 // writeKubeconfig writes a kubeconfig for cfg and returns its path.
 func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig(t, cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// kubeconfig returns a kubeconfig file's content for cfg.
+func kubeconfig(t *testing.T, cfg *rest.Config) []byte {
+	t.Helper()
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
 	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
 	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
 	kc.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return path
+	return data
 }

@@ -1,0 +1,61 @@
+package policysync
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/wardenhq/warden/internal/buildinfo"
+	"github.com/wardenhq/warden/internal/cmdline"
+)
+
+// Main runs the policy-syncer command: it parses args (without the program
+// name), syncs until ctx is done, and returns the exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	opts := DefaultOptions()
+	fs := pflag.NewFlagSet("policy-syncer", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	version := fs.Bool("version", false, "Print the version and exit")
+	if code, done := cmdline.Parse(fs, args, stdout, stderr); done {
+		return code
+	}
+	if *version {
+		fmt.Fprintf(stdout, "policy-syncer (Warden) %s\n", buildinfo.String())
+		return 0
+	}
+	if err := opts.Validate(); err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return cmdline.ExitUsage
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	cfg, err := restConfig(opts.Kubeconfig)
+	if err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	mgr, err := NewManager(cfg, opts, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	if err := mgr.Start(ctx); err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("loading the hub's Kubernetes client configuration: %w", err)
+	}
+	return cfg, nil
+}

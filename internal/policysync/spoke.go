@@ -1,0 +1,480 @@
+package policysync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	syncv1alpha1 "github.com/wardenhq/warden/api/sync/v1alpha1"
+)
+
+// fieldManager is the syncer's server-side apply field manager in spokes.
+const fieldManager = "warden-policy-syncer"
+
+// maxBackoff caps the delay between two attempts to reach a spoke that
+// failed.
+const maxBackoff = 30 * time.Second
+
+// minBackoff is the delay after a spoke's first failure.
+const minBackoff = time.Second
+
+// desiredState is what one PolicySync wants in one spoke.
+type desiredState struct {
+	// gvrs are the valid resources of the PolicySync: the spoke's objects
+	// of these resources are compared with copies.
+	gvrs []schema.GroupVersionResource
+	// copies holds one copy per selected hub object.
+	copies map[objectKey]spokeCopy
+	// feedback are the PolicySync's statusFeedback rules, checked by
+	// compileFeedback. Each pass compiles its own: a compiled JSONPath
+	// cannot be used by two goroutines at once.
+	feedback []syncv1alpha1.StatusFeedback
+	// digest identifies the whole state, to tell whether it changed.
+	digest string
+}
+
+// applied is what the syncer knows of a copy it wrote: while the spoke's
+// object keeps its uid and generation, and the copy its digest, the copy
+// needs no new apply.
+type applied struct {
+	digest     string
+	uid        types.UID
+	generation int64
+}
+
+// spoke keeps one cluster of one PolicySync in sync with the hub. It runs
+// in a goroutine of its own (run), so that a slow or unreachable cluster
+// holds up no other: the reconciler hands it a desired state and a client
+// configuration, and reads back its status.
+type spoke struct {
+	syncName string
+	cluster  string
+	resync   time.Duration
+	timeout  time.Duration
+	logger   *slog.Logger
+	// changed is called after each pass, with the spoke's new status.
+	changed func()
+
+	kick chan struct{}
+
+	mu      sync.Mutex
+	desired *desiredState
+	// kubeconfig is the content of the cluster's kubeconfig Secret, and
+	// config the client configuration read from it; configErr says why
+	// there is none.
+	kubeconfig []byte
+	config     *rest.Config
+	configErr  error
+	// configChanged is set when a new configuration arrives, so that the
+	// next kick is tried at once even during a backoff.
+	configChanged bool
+	status        syncv1alpha1.ClusterStatus
+	reported      bool
+
+	// Owned by run's goroutine.
+	client      dynamic.Interface
+	clientCfg   *rest.Config // the configuration client was made for
+	applied     map[objectKey]applied
+	touchedGVRs map[schema.GroupVersionResource]bool
+}
+
+func newSpoke(syncName, cluster string, resync, timeout time.Duration, logger *slog.Logger, changed func()) *spoke {
+	return &spoke{
+		syncName:    syncName,
+		cluster:     cluster,
+		resync:      resync,
+		timeout:     timeout,
+		logger:      logger.With("policySync", syncName, "cluster", cluster),
+		changed:     changed,
+		kick:        make(chan struct{}, 1),
+		status:      syncv1alpha1.ClusterStatus{Name: cluster},
+		applied:     map[objectKey]applied{},
+		touchedGVRs: map[schema.GroupVersionResource]bool{},
+	}
+}
+
+// setDesired hands the spoke a new desired state; it is applied at once
+// unless the spoke is backing off.
+func (s *spoke) setDesired(d *desiredState) {
+	s.mu.Lock()
+	same := s.desired != nil && s.desired.digest == d.digest
+	s.desired = d
+	s.mu.Unlock()
+	if !same {
+		s.poke()
+	}
+}
+
+// setKubeconfig hands the spoke the content of its kubeconfig Secret, or
+// why it could not be read. A new kubeconfig is tried at once, even during
+// a backoff.
+func (s *spoke) setKubeconfig(kubeconfig []byte, readErr error) {
+	s.mu.Lock()
+	unchanged := readErr == nil && s.configErr == nil && s.config != nil && bytes.Equal(kubeconfig, s.kubeconfig) ||
+		readErr != nil && s.configErr != nil && readErr.Error() == s.configErr.Error()
+	if !unchanged {
+		s.kubeconfig, s.config, s.configErr = kubeconfig, nil, readErr
+		if readErr == nil {
+			s.config, s.configErr = clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+			if s.configErr != nil {
+				s.configErr = fmt.Errorf("reading the kubeconfig: %w", s.configErr)
+			}
+		}
+		s.configChanged = true
+	}
+	s.mu.Unlock()
+	if !unchanged {
+		s.poke()
+	}
+}
+
+func (s *spoke) poke() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// clusterStatus returns the spoke's status, and whether it has made a
+// first pass yet.
+func (s *spoke) clusterStatus() (syncv1alpha1.ClusterStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return *s.status.DeepCopy(), s.reported
+}
+
+// run syncs until ctx is done: at each kick, and every resync period, or
+// after a failure with a backoff doubling from minBackoff to maxBackoff.
+func (s *spoke) run(ctx context.Context) {
+	timer := time.NewTimer(s.resync)
+	defer timer.Stop()
+	var backoff time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+			s.mu.Lock()
+			retryNow := s.configChanged
+			s.configChanged = false
+			s.mu.Unlock()
+			if backoff > 0 && !retryNow {
+				continue // the timer retries
+			}
+		case <-timer.C:
+		}
+		if err := s.pass(ctx); err != nil {
+			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			s.logger.Info("cluster unreachable", "error", err, "retryIn", backoff)
+			timer.Reset(backoff)
+		} else {
+			backoff = 0
+			timer.Reset(s.resync)
+		}
+		s.changed()
+	}
+}
+
+// cleanup deletes the copies the spoke's PolicySync made, once: the
+// PolicySync was deleted or no longer names the cluster.
+func (s *spoke) cleanup(ctx context.Context) error {
+	s.mu.Lock()
+	s.desired = &desiredState{}
+	s.mu.Unlock()
+	return s.pass(ctx)
+}
+
+// unreachableError is a failure to talk to a spoke's API server at all, as
+// opposed to the API server refusing one request.
+type unreachableError struct{ err error }
+
+func (e *unreachableError) Error() string { return e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// pass compares the spoke with the desired state once and mends it: it
+// creates and updates copies, deletes the copies of objects no longer
+// desired, and records conflicts and feedback. It returns an
+// unreachableError when the spoke's API server could not be reached; the
+// status then keeps the objects of the last pass.
+func (s *spoke) pass(ctx context.Context) error {
+	s.mu.Lock()
+	desired, cfg, cfgErr := s.desired, s.config, s.configErr
+	s.mu.Unlock()
+	if desired == nil || cfg == nil && cfgErr == nil {
+		return nil // the reconciler has not said what to sync, or where, yet
+	}
+	if cfgErr != nil {
+		s.setUnreachable(cfgErr)
+		return &unreachableError{cfgErr}
+	}
+	client, err := s.clientFor(cfg)
+	if err != nil {
+		s.setUnreachable(err)
+		return &unreachableError{err}
+	}
+
+	gvrs := slices.Clone(desired.gvrs)
+	for gvr := range s.touchedGVRs {
+		if !slices.Contains(gvrs, gvr) {
+			gvrs = append(gvrs, gvr) // to delete the copies of a resource no longer synced
+		}
+	}
+	feedback, err := compileFeedback(desired.feedback)
+	if err != nil {
+		return err // checked by the reconciler: not reached
+	}
+	status := syncv1alpha1.ClusterStatus{Name: s.cluster, Reachable: true}
+	for _, gvr := range gvrs {
+		if err := s.syncResource(ctx, client, gvr, desired, feedback, &status); err != nil {
+			s.setUnreachable(err)
+			return err
+		}
+	}
+	slices.SortFunc(status.Objects, compareObjectStatus)
+	slices.SortFunc(status.Conflicts, compareConflictStatus)
+	s.mu.Lock()
+	s.status, s.reported = status, true
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *spoke) setUnreachable(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status.Reachable = false
+	s.status.Message = err.Error()
+	s.reported = true
+}
+
+// clientFor returns a dynamic client for cfg, made once per configuration.
+func (s *spoke) clientFor(cfg *rest.Config) (dynamic.Interface, error) {
+	if s.client != nil && s.clientCfg == cfg {
+		return s.client, nil
+	}
+	c := rest.CopyConfig(cfg)
+	c.Timeout = s.timeout
+	c.UserAgent = fieldManager
+	// The spoke's worker sends one request at a time: client-go's default
+	// limit of 5 a second would make the first sync of many objects slow.
+	c.QPS, c.Burst = 200, 400
+	client, err := dynamic.NewForConfig(c)
+	if err != nil {
+		return nil, fmt.Errorf("making a client from the kubeconfig: %w", err)
+	}
+	s.client, s.clientCfg = client, cfg
+	return client, nil
+}
+
+// syncResource mends the spoke's objects of one resource and appends their
+// status to status.
+func (s *spoke) syncResource(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource,
+	desired *desiredState, feedback []feedbackRule, status *syncv1alpha1.ClusterStatus) error {
+	list, err := client.Resource(gvr).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if isUnreachable(err) {
+			return &unreachableError{err}
+		}
+		message := fmt.Sprintf("listing %s in the cluster: %v", gvr.GroupResource(), err)
+		if apierrors.IsNotFound(err) {
+			message = fmt.Sprintf("the cluster does not serve %s", gvr.GroupResource())
+		}
+		for key, c := range desired.copies {
+			if key.gvr == gvr {
+				status.Objects = append(status.Objects, objectStatus(c, false, message, nil))
+			}
+		}
+		return nil
+	}
+
+	actual := make(map[objectKey]*unstructured.Unstructured, len(list.Items))
+	for i := range list.Items {
+		o := &list.Items[i]
+		actual[objectKey{gvr: gvr, namespace: o.GetNamespace(), name: o.GetName()}] = o
+	}
+	for key, c := range desired.copies {
+		if key.gvr != gvr {
+			continue
+		}
+		s.touchedGVRs[gvr] = true
+		obj := actual[key]
+		if obj != nil {
+			if owner, ok := obj.GetAnnotations()[syncv1alpha1.SyncedAnnotation]; !ok || owner != s.syncName {
+				status.Conflicts = append(status.Conflicts, conflictStatus(key, obj, owner, ok))
+				continue
+			}
+		}
+		if obj == nil || !s.upToDate(key, c, obj) {
+			obj, err = s.apply(ctx, client, c, obj)
+			if err != nil {
+				var unreachable *unreachableError
+				switch {
+				case errors.As(err, &unreachable):
+					return err
+				case apierrors.IsConflict(err):
+					// Made in the cluster between the list and the apply:
+					// the next pass sees it and reports the conflict.
+					status.Objects = append(status.Objects, objectStatus(c, false, "changed in the cluster while it was synced; retrying", nil))
+				default:
+					status.Objects = append(status.Objects, objectStatus(c, false, err.Error(), nil))
+				}
+				continue
+			}
+		}
+		status.Objects = append(status.Objects, objectStatus(c, true, "", readFeedback(feedback, obj)))
+	}
+
+	remaining := 0
+	for key, obj := range actual {
+		if obj.GetAnnotations()[syncv1alpha1.SyncedAnnotation] != s.syncName {
+			continue
+		}
+		if _, ok := desired.copies[key]; ok {
+			continue
+		}
+		if err := s.delete(ctx, client, key, obj); err != nil {
+			var unreachable *unreachableError
+			if errors.As(err, &unreachable) {
+				return err
+			}
+			s.logger.Warn("deleting a copy", "object", key.String(), "error", err)
+			remaining++
+		}
+	}
+	if remaining == 0 && !slices.Contains(desired.gvrs, gvr) {
+		delete(s.touchedGVRs, gvr)
+	}
+	return nil
+}
+
+// upToDate says whether the spoke's copy obj still holds c as the syncer
+// last applied it: same digest, and neither its spec (generation) nor its
+// identity (uid) changed in the spoke since, and its labels and
+// annotations still include the copy's.
+func (s *spoke) upToDate(key objectKey, c spokeCopy, obj *unstructured.Unstructured) bool {
+	a, ok := s.applied[key]
+	return ok && a.digest == c.digest && a.uid == obj.GetUID() && a.generation == obj.GetGeneration() &&
+		includes(obj.GetLabels(), c.object.GetLabels()) && includes(obj.GetAnnotations(), c.object.GetAnnotations())
+}
+
+// includes says whether every entry of sub is in m.
+func includes(m, sub map[string]string) bool {
+	for k, v := range sub {
+		if w, ok := m[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// apply writes c to the spoke with server-side apply. An existing copy
+// (current, not nil) is applied with force, since the syncer owns it, and
+// with its resourceVersion as a precondition, so that an object deleted
+// and made again in the cluster in between is not overwritten. A new copy
+// is applied without force: an object made in the cluster meanwhile with
+// other values makes the apply fail with a conflict instead of being taken
+// over.
+func (s *spoke) apply(ctx context.Context, client dynamic.Interface, c spokeCopy, current *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	obj := c.object.DeepCopy()
+	force := false
+	if current != nil {
+		obj.SetResourceVersion(current.GetResourceVersion())
+		force = true
+	}
+	out, err := client.Resource(c.key.gvr).Namespace(c.key.namespace).Apply(ctx, c.key.name, obj,
+		metav1.ApplyOptions{FieldManager: fieldManager, Force: force})
+	if err != nil {
+		if isUnreachable(err) {
+			return nil, &unreachableError{err}
+		}
+		if apierrors.IsNotFound(err) && c.key.namespace != "" {
+			return nil, fmt.Errorf("namespace %s does not exist in the cluster", c.key.namespace)
+		}
+		return nil, fmt.Errorf("applying the copy: %w", err)
+	}
+	s.applied[c.key] = applied{digest: c.digest, uid: out.GetUID(), generation: out.GetGeneration()}
+	return out, nil
+}
+
+// delete deletes a copy the syncer made, if it is still the object listed.
+func (s *spoke) delete(ctx context.Context, client dynamic.Interface, key objectKey, obj *unstructured.Unstructured) error {
+	err := client.Resource(key.gvr).Namespace(key.namespace).Delete(ctx, key.name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(obj.GetUID())}})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		delete(s.applied, key)
+		return nil
+	case isUnreachable(err):
+		return &unreachableError{err}
+	}
+	return err
+}
+
+// isUnreachable says whether err means the spoke's API server could not
+// be used at all: no HTTP answer (connection refused, timeout), an answer
+// saying it is unavailable, or credentials it refuses.
+func isUnreachable(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	switch status.Status().Code {
+	case http.StatusUnauthorized, http.StatusServiceUnavailable, http.StatusGatewayTimeout, 0:
+		return true
+	}
+	return false
+}
+
+func objectStatus(c spokeCopy, synced bool, message string, feedback map[string]string) syncv1alpha1.ObjectStatus {
+	return syncv1alpha1.ObjectStatus{
+		Group:         c.key.gvr.Group,
+		Resource:      c.key.gvr.Resource,
+		Name:          c.key.name,
+		Namespace:     c.key.namespace,
+		HubGeneration: c.hubGeneration,
+		Synced:        synced,
+		Message:       message,
+		Feedback:      feedback,
+	}
+}
+
+func conflictStatus(key objectKey, obj *unstructured.Unstructured, owner string, synced bool) syncv1alpha1.ConflictStatus {
+	message := fmt.Sprintf("a %s of the same name was made in the cluster; it wins over the hub's", obj.GetKind())
+	if synced {
+		message = fmt.Sprintf("a %s of the same name in the cluster is synced by PolicySync %q", obj.GetKind(), owner)
+	}
+	return syncv1alpha1.ConflictStatus{
+		Group:     key.gvr.Group,
+		Resource:  key.gvr.Resource,
+		Name:      key.name,
+		Namespace: key.namespace,
+		Message:   message,
+	}
+}
+
+func compareObjectStatus(a, b syncv1alpha1.ObjectStatus) int {
+	return compareKeys(statusKey(a.Group, a.Resource, a.Namespace, a.Name), statusKey(b.Group, b.Resource, b.Namespace, b.Name))
+}
+
+func compareConflictStatus(a, b syncv1alpha1.ConflictStatus) int {
+	return compareKeys(statusKey(a.Group, a.Resource, a.Namespace, a.Name), statusKey(b.Group, b.Resource, b.Namespace, b.Name))
+}
+
+func statusKey(group, resource, namespace, name string) objectKey {
+	return objectKey{gvr: schema.GroupVersionResource{Group: group, Resource: resource}, namespace: namespace, name: name}
+}

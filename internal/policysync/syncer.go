@@ -1,0 +1,566 @@
+package policysync
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	syncv1alpha1 "github.com/wardenhq/warden/api/sync/v1alpha1"
+)
+
+// finalizer keeps a deleted PolicySync until its copies are deleted from
+// the clusters that can be reached.
+const finalizer = "sync.wardenhq.io/cleanup"
+
+// revalidateAfter is how long a GVR's validation is trusted: a resource
+// installed on the hub after the PolicySync, or a permission granted
+// later, is picked up within this time.
+const revalidateAfter = time.Minute
+
+// informerSyncPoll is how soon a PolicySync is looked at again while the
+// hub watches of its resources fill their caches: syncing from a partial
+// cache would delete copies.
+const informerSyncPoll = 200 * time.Millisecond
+
+// Syncer reconciles PolicySyncs: it watches the hub objects of their
+// resources, hands each cluster's worker (spoke) the copies it should
+// hold, and writes the PolicySync's status from what the workers report.
+// It is a manager.Runnable that needs leader election: its watches and
+// workers run only in the leader.
+type Syncer struct {
+	client    client.Client
+	hub       dynamic.Interface
+	kube      kubernetes.Interface
+	validator *gvrValidator
+	opts      Options
+	logger    *slog.Logger
+	// events carries the names of PolicySyncs to reconcile, from the hub
+	// watches, the Secret watches and the workers.
+	events chan event.GenericEvent
+
+	started chan struct{}
+	ctx     context.Context // the leader's context, set by Start
+
+	mu      sync.Mutex
+	watches map[schema.GroupVersionResource]*watch
+	secrets map[string]*watch // by Secret name, in opts.Namespace
+	syncs   map[string]*syncState
+}
+
+// watch is an informer on the hub shared by the PolicySyncs that use it,
+// stopped when the last one stops using it.
+type watch struct {
+	informer cache.SharedIndexInformer
+	stop     context.CancelFunc
+	users    map[string]bool
+}
+
+// syncState is what the Syncer keeps of one PolicySync between reconciles.
+type syncState struct {
+	generation  int64
+	validatedAt time.Time
+	resources   []validatedGVR
+	spokes      map[string]*runningSpoke
+}
+
+type validatedGVR struct {
+	gvr  schema.GroupVersionResource
+	info resourceInfo
+	err  error
+}
+
+// runningSpoke is a spoke and its goroutine.
+type runningSpoke struct {
+	*spoke
+	secret string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (r *runningSpoke) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// Start runs the Syncer's watches and workers until ctx is done.
+func (s *Syncer) Start(ctx context.Context) error {
+	s.ctx = ctx
+	close(s.started)
+	<-ctx.Done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.syncs {
+		for _, sp := range st.spokes {
+			sp.stop()
+		}
+	}
+	return nil
+}
+
+// NeedLeaderElection says the Syncer runs in the leader only.
+func (s *Syncer) NeedLeaderElection() bool { return true }
+
+// Reconcile brings one PolicySync's clusters and status up to date.
+func (s *Syncer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	select {
+	case <-s.started:
+	case <-ctx.Done():
+		return ctrl.Result{}, ctx.Err()
+	}
+	var ps syncv1alpha1.PolicySync
+	if err := s.client.Get(ctx, req.NamespacedName, &ps); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.forget(req.Name)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !ps.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, s.finalize(ctx, &ps)
+	}
+	if controllerutil.AddFinalizer(&ps, finalizer) {
+		if err := s.client.Update(ctx, &ps); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.syncs[ps.Name]
+	if st == nil {
+		st = &syncState{spokes: map[string]*runningSpoke{}}
+		s.syncs[ps.Name] = st
+	}
+	if st.generation != ps.Generation || time.Since(st.validatedAt) > revalidateAfter {
+		st.resources = s.validate(ctx, ps.Spec.PoliciesToSync)
+		st.generation, st.validatedAt = ps.Generation, time.Now()
+	}
+
+	synced := s.watchResources(ps.Name, st.resources)
+	if !synced {
+		return ctrl.Result{RequeueAfter: informerSyncPoll}, nil
+	}
+	desired, buildErr := s.desiredState(&ps, st.resources)
+	if buildErr == nil {
+		s.runSpokes(ps.Name, st, ps.Spec.Clusters, desired)
+	}
+
+	status := s.status(&ps, st, buildErr)
+	if !equality.Semantic.DeepEqual(status, ps.Status) {
+		ps.Status = status
+		if err := s.client.Status().Update(ctx, &ps); err != nil {
+			if apierrors.IsConflict(err) {
+				// Changed since it was read: its event brings it back.
+				return ctrl.Result{Requeue: true}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("writing the status of PolicySync %s: %w", ps.Name, err)
+		}
+	}
+	return ctrl.Result{RequeueAfter: revalidateAfter}, nil
+}
+
+// validate checks each resource of a PolicySync.
+func (s *Syncer) validate(ctx context.Context, gvrs []syncv1alpha1.GroupVersionResource) []validatedGVR {
+	out := make([]validatedGVR, 0, len(gvrs))
+	for _, g := range gvrs {
+		gvr := schema.GroupVersionResource{Group: g.Group, Version: g.Version, Resource: g.Resource}
+		info, err := s.validator.validate(ctx, gvr)
+		out = append(out, validatedGVR{gvr: gvr, info: info, err: err})
+	}
+	return out
+}
+
+// watchResources makes sure the hub is watched for every valid resource
+// of the PolicySync name and no longer on its behalf for the others. It
+// says whether every watch has filled its cache.
+func (s *Syncer) watchResources(name string, resources []validatedGVR) bool {
+	want := map[schema.GroupVersionResource]bool{}
+	for _, r := range resources {
+		if r.err == nil {
+			want[r.gvr] = true
+		}
+	}
+	synced := true
+	for gvr := range want {
+		w := s.watches[gvr]
+		if w == nil {
+			w = s.startWatch(func(ctx context.Context) cache.SharedIndexInformer {
+				return dynamicinformer.NewFilteredDynamicInformer(s.hub, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+			})
+			s.watches[gvr] = w
+		}
+		w.users[name] = true
+		synced = synced && w.informer.HasSynced()
+	}
+	for gvr, w := range s.watches {
+		if !want[gvr] {
+			s.release(w, name)
+			if len(w.users) == 0 {
+				delete(s.watches, gvr)
+			}
+		}
+	}
+	return synced
+}
+
+// startWatch starts an informer whose events reconcile its users.
+func (s *Syncer) startWatch(newInformer func(context.Context) cache.SharedIndexInformer) *watch {
+	ctx, cancel := context.WithCancel(s.ctx)
+	w := &watch{informer: newInformer(ctx), stop: cancel, users: map[string]bool{}}
+	notify := func(any) { s.notify(w) }
+	_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    notify,
+		UpdateFunc: func(_, o any) { notify(o) },
+		DeleteFunc: notify,
+	})
+	go w.informer.RunWithContext(ctx)
+	return w
+}
+
+// notify reconciles the users of a watch.
+func (s *Syncer) notify(w *watch) {
+	s.mu.Lock()
+	users := slices.Collect(maps.Keys(w.users))
+	s.mu.Unlock()
+	for _, name := range users {
+		s.enqueue(name)
+	}
+}
+
+func (s *Syncer) enqueue(name string) {
+	select {
+	case s.events <- event.GenericEvent{Object: &syncv1alpha1.PolicySync{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
+	case <-s.ctx.Done():
+	}
+}
+
+// release stops using w on behalf of the PolicySync name, and stops w
+// when nobody uses it any more.
+func (s *Syncer) release(w *watch, name string) {
+	delete(w.users, name)
+	if len(w.users) == 0 {
+		w.stop()
+	}
+}
+
+// desiredState builds the copies the PolicySync wants in every cluster
+// from the hub watches' caches.
+func (s *Syncer) desiredState(ps *syncv1alpha1.PolicySync, resources []validatedGVR) (*desiredState, error) {
+	selector := labels.Everything()
+	if ps.Spec.Selector != nil {
+		var err error
+		if selector, err = metav1.LabelSelectorAsSelector(ps.Spec.Selector); err != nil {
+			return nil, fmt.Errorf("spec.selector: %w", err)
+		}
+	}
+	if _, err := compileFeedback(ps.Spec.StatusFeedback); err != nil {
+		return nil, err
+	}
+	d := &desiredState{copies: map[objectKey]spokeCopy{}, feedback: ps.Spec.StatusFeedback}
+	hash := sha256.New()
+	for _, r := range resources {
+		if r.err != nil {
+			continue
+		}
+		d.gvrs = append(d.gvrs, r.gvr)
+		fmt.Fprintf(hash, "gvr %s\n", r.gvr)
+		for _, item := range s.watches[r.gvr].informer.GetStore().List() {
+			obj, ok := item.(*unstructured.Unstructured)
+			if !ok || !selector.Matches(labels.Set(obj.GetLabels())) {
+				continue
+			}
+			c, err := makeCopy(r.gvr, obj, ps.Name)
+			if err != nil {
+				return nil, err
+			}
+			d.copies[c.key] = c
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(d.copies), compareKeys)
+	for _, k := range keys {
+		fmt.Fprintf(hash, "%s %d %s\n", k, d.copies[k].hubGeneration, d.copies[k].digest)
+	}
+	for _, f := range ps.Spec.StatusFeedback {
+		fmt.Fprintf(hash, "feedback %q %q\n", f.Name, f.JSONPath)
+	}
+	d.digest = hex.EncodeToString(hash.Sum(nil))
+	return d, nil
+}
+
+// runSpokes starts a worker for each cluster of the PolicySync name that
+// has none, hands every worker the desired state and its kubeconfig, and
+// stops (after deleting their copies) the workers of clusters no longer
+// named.
+func (s *Syncer) runSpokes(name string, st *syncState, clusters []syncv1alpha1.Cluster, desired *desiredState) {
+	named := map[string]bool{}
+	for _, c := range clusters {
+		named[c.Name] = true
+		sp := st.spokes[c.Name]
+		secretName, secretErr := s.secretName(c.KubeconfigSecretRef)
+		if sp != nil && sp.secret != secretName {
+			s.releaseSecret(sp.secret, name)
+		}
+		if sp == nil {
+			sp = s.startSpoke(name, c.Name)
+			st.spokes[c.Name] = sp
+		}
+		sp.secret = secretName
+		if secretErr == nil {
+			var kubeconfig []byte
+			kubeconfig, secretErr = s.readKubeconfig(name, secretName, c.KubeconfigSecretRef.Key)
+			if !errors.Is(secretErr, errSecretNotRead) {
+				sp.setKubeconfig(kubeconfig, secretErr)
+			}
+		} else {
+			sp.setKubeconfig(nil, secretErr)
+		}
+		sp.setDesired(desired)
+	}
+	for cluster, sp := range st.spokes {
+		if named[cluster] {
+			continue
+		}
+		delete(st.spokes, cluster)
+		sp.stop()
+		s.releaseSecret(sp.secret, name)
+		go func() {
+			ctx, cancel := context.WithTimeout(s.ctx, s.opts.SpokeTimeout)
+			defer cancel()
+			if err := sp.cleanup(ctx); err != nil {
+				s.logger.Warn("deleting the copies in a cluster no longer synced", "policySync", name, "cluster", cluster, "error", err)
+			}
+		}()
+	}
+}
+
+func (s *Syncer) startSpoke(name, cluster string) *runningSpoke {
+	ctx, cancel := context.WithCancel(s.ctx)
+	sp := &runningSpoke{
+		spoke:  newSpoke(name, cluster, s.opts.ResyncPeriod, s.opts.SpokeTimeout, s.logger, func() { s.enqueue(name) }),
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+	go func() {
+		defer close(sp.done)
+		sp.run(ctx)
+	}()
+	return sp
+}
+
+// secretName checks that a kubeconfig Secret is in the syncer's namespace:
+// a PolicySync may not make the syncer read Secrets elsewhere.
+func (s *Syncer) secretName(ref syncv1alpha1.SecretKeySelector) (string, error) {
+	if ref.Namespace != "" && ref.Namespace != s.opts.Namespace {
+		return "", fmt.Errorf("the kubeconfig Secret %s/%s is not in the syncer's namespace %s", ref.Namespace, ref.Name, s.opts.Namespace)
+	}
+	return ref.Name, nil
+}
+
+// errSecretNotRead: the watch of a kubeconfig Secret has not filled its
+// cache yet; its first event reconciles the PolicySync again.
+var errSecretNotRead = errors.New("the kubeconfig Secret is not read yet")
+
+// readKubeconfig returns a kubeconfig from the watched Secret name, which
+// it starts watching for the PolicySync user.
+func (s *Syncer) readKubeconfig(user, name, key string) ([]byte, error) {
+	w := s.secrets[name]
+	if w == nil {
+		w = s.startWatch(func(ctx context.Context) cache.SharedIndexInformer {
+			lw := cache.NewListWatchFromClient(s.kube.CoreV1().RESTClient(), "secrets", s.opts.Namespace,
+				fields.OneTermEqualSelector("metadata.name", name))
+			return cache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, cache.Indexers{})
+		})
+		s.secrets[name] = w
+	}
+	w.users[user] = true
+	if key == "" {
+		key = "kubeconfig"
+	}
+	if !w.informer.HasSynced() {
+		return nil, errSecretNotRead
+	}
+	item, ok, _ := w.informer.GetStore().GetByKey(s.opts.Namespace + "/" + name)
+	if !ok {
+		return nil, fmt.Errorf("the kubeconfig Secret %s/%s does not exist", s.opts.Namespace, name)
+	}
+	data, ok := item.(*corev1.Secret).Data[key]
+	if !ok {
+		return nil, fmt.Errorf("the kubeconfig Secret %s/%s has no key %q", s.opts.Namespace, name, key)
+	}
+	return data, nil
+}
+
+func (s *Syncer) releaseSecret(name, user string) {
+	if w := s.secrets[name]; w != nil {
+		s.release(w, user)
+		if len(w.users) == 0 {
+			delete(s.secrets, name)
+		}
+	}
+}
+
+// finalize deletes the copies of a deleted PolicySync from every cluster
+// that answers, then lets it go. Copies in clusters that cannot be reached
+// within the spoke timeout are left, and logged: a cluster that is gone
+// for good must not keep the PolicySync forever.
+func (s *Syncer) finalize(ctx context.Context, ps *syncv1alpha1.PolicySync) error {
+	if !controllerutil.ContainsFinalizer(ps, finalizer) {
+		return nil
+	}
+	s.mu.Lock()
+	st := s.syncs[ps.Name]
+	delete(s.syncs, ps.Name)
+	s.mu.Unlock()
+	if st != nil {
+		var wg sync.WaitGroup
+		for cluster, sp := range st.spokes {
+			sp.stop()
+			wg.Go(func() {
+				cctx, cancel := context.WithTimeout(ctx, s.opts.SpokeTimeout)
+				defer cancel()
+				if err := sp.cleanup(cctx); err != nil {
+					s.logger.Warn("deleting the copies of a deleted PolicySync", "policySync", ps.Name, "cluster", cluster, "error", err)
+				}
+			})
+		}
+		wg.Wait()
+		s.mu.Lock()
+		s.releaseAll(ps.Name, st)
+		s.mu.Unlock()
+	}
+	controllerutil.RemoveFinalizer(ps, finalizer)
+	return client.IgnoreNotFound(s.client.Update(ctx, ps))
+}
+
+// forget stops everything done for a PolicySync that no longer exists
+// (deleted without its finalizer, or by a syncer that was not the leader).
+func (s *Syncer) forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.syncs[name]
+	if st == nil {
+		return
+	}
+	delete(s.syncs, name)
+	for _, sp := range st.spokes {
+		sp.stop()
+	}
+	s.releaseAll(name, st)
+}
+
+func (s *Syncer) releaseAll(name string, st *syncState) {
+	for _, sp := range st.spokes {
+		s.releaseSecret(sp.secret, name)
+	}
+	for gvr, w := range s.watches {
+		if w.users[name] {
+			s.release(w, name)
+			if len(w.users) == 0 {
+				delete(s.watches, gvr)
+			}
+		}
+	}
+}
+
+// status builds a PolicySync's status from its validation and its
+// workers' reports.
+func (s *Syncer) status(ps *syncv1alpha1.PolicySync, st *syncState, buildErr error) syncv1alpha1.PolicySyncStatus {
+	status := syncv1alpha1.PolicySyncStatus{
+		ObservedGeneration: ps.Generation,
+		Conditions:         slices.Clone(ps.Status.Conditions),
+	}
+	var invalid []string
+	for _, r := range st.resources {
+		g := syncv1alpha1.GVRStatus{Group: r.gvr.Group, Version: r.gvr.Version, Resource: r.gvr.Resource, Valid: r.err == nil}
+		if r.err != nil {
+			g.Message = r.err.Error()
+			invalid = append(invalid, displayGVR(r.gvr))
+		}
+		status.PoliciesToSync = append(status.PoliciesToSync, g)
+	}
+
+	var unreachable, conflicting, failing, pending []string
+	for _, c := range ps.Spec.Clusters {
+		sp := st.spokes[c.Name]
+		if sp == nil {
+			pending = append(pending, c.Name)
+			continue
+		}
+		cs, reported := sp.clusterStatus()
+		if !reported {
+			pending = append(pending, c.Name)
+			cs = syncv1alpha1.ClusterStatus{Name: c.Name}
+		}
+		status.Clusters = append(status.Clusters, cs)
+		switch {
+		case !reported:
+		case !cs.Reachable:
+			unreachable = append(unreachable, c.Name)
+		default:
+			if len(cs.Conflicts) > 0 {
+				conflicting = append(conflicting, c.Name)
+			}
+			if slices.ContainsFunc(cs.Objects, func(o syncv1alpha1.ObjectStatus) bool { return !o.Synced }) {
+				failing = append(failing, c.Name)
+			}
+		}
+	}
+	if ps.Spec.Placement != nil {
+		for _, name := range ps.Spec.Placement.ClusterNames {
+			status.Clusters = append(status.Clusters, syncv1alpha1.ClusterStatus{
+				Name: name, Message: "the Open Cluster Management transport (spec.placement) is not supported by this syncer yet",
+			})
+			unreachable = append(unreachable, name)
+		}
+	}
+
+	ready := metav1.Condition{Type: syncv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: syncv1alpha1.ReasonSynced,
+		Message: "every object is synced to every cluster", ObservedGeneration: ps.Generation}
+	switch {
+	case buildErr != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, syncv1alpha1.ReasonSyncFailed, buildErr.Error()
+	case len(invalid) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonInvalidGVR
+		ready.Message = "not synced, see status.policiesToSync: " + strings.Join(invalid, ", ")
+	case len(unreachable) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonClusterUnreachable
+		ready.Message = "clusters not reachable, see status.clusters: " + strings.Join(unreachable, ", ")
+	case len(conflicting) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonConflict
+		ready.Message = "objects made in the clusters win over the hub's, see status.clusters: " + strings.Join(conflicting, ", ")
+	case len(failing) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonSyncFailed
+		ready.Message = "objects not synced, see status.clusters: " + strings.Join(failing, ", ")
+	case len(pending) > 0:
+		ready.Status, ready.Reason = metav1.ConditionUnknown, syncv1alpha1.ReasonSyncing
+		ready.Message = "not synced yet: " + strings.Join(pending, ", ")
+	}
+	meta.SetStatusCondition(&status.Conditions, ready)
+	return status
+}

@@ -1,0 +1,497 @@
+//go:build cluster
+
+package cluster_test
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+	syncv1alpha1 "github.com/wardenhq/warden/api/sync/v1alpha1"
+	"github.com/wardenhq/warden/internal/clustertest"
+	"github.com/wardenhq/warden/internal/logtest"
+	"github.com/wardenhq/warden/internal/policysync"
+)
+
+// syncNamespace holds the spokes' kubeconfig Secrets on the hub.
+const syncNamespace = "kubewarden"
+
+var (
+	capGVR = schema.GroupVersionResource{Group: policiesv1.GroupName, Version: "v1", Resource: "clusteradmissionpolicies"}
+	apGVR  = schema.GroupVersionResource{Group: policiesv1.GroupName, Version: "v1", Resource: "admissionpolicies"}
+	rlpGVR = schema.GroupVersionResource{Group: "sync.warden.test", Version: "v1", Resource: "ratelimitpolicies"}
+)
+
+// startSyncCluster starts an API server with Warden's CRDs (PolicySync
+// included) and the test policy kinds of testdata/policysync.
+func startSyncCluster(t *testing.T) *clustertest.Cluster {
+	t.Helper()
+	scheme, err := policysync.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := policiesv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	return clustertest.Start(t, clustertest.WithScheme(scheme),
+		clustertest.WithCRDDirectory("../../config/crd/bases", "testdata/policysync"))
+}
+
+// startSyncer runs the policy syncer against the hub until the test ends;
+// its logs are shown if the test fails.
+func startSyncer(t *testing.T, hub *clustertest.Cluster) {
+	t.Helper()
+	opts := policysync.DefaultOptions()
+	opts.Namespace = syncNamespace
+	opts.MetricsBindAddress, opts.HealthProbeBindAddress = "0", "0"
+	opts.ResyncPeriod = time.Second
+	opts.SpokeTimeout = 5 * time.Second
+	var logs logtest.Buffer
+	mgr, err := policysync.NewManager(hub.Config, opts, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("syncer: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("syncer logs:\n%s", logs.String())
+		}
+	})
+}
+
+// kubeconfigSecret is the Secret the PolicySync names for a spoke.
+func kubeconfigSecret(t *testing.T, name string, spoke *clustertest.Cluster) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: name},
+		Data:       map[string][]byte{"kubeconfig": kubeconfig(t, spoke.Config)},
+	}
+}
+
+func syncedPolicy(name string, labels map[string]string, mode policiesv1.PolicyMode) *policiesv1.ClusterAdmissionPolicy {
+	return &policiesv1.ClusterAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{"team": "platform"}},
+		Spec: policiesv1.ClusterAdmissionPolicySpec{PolicySpec: policiesv1.PolicySpec{
+			Module: "registry://ghcr.io/kubewarden/policies/pod-privileged:v1.0.0",
+			Mode:   mode,
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+			}},
+		}},
+	}
+}
+
+// object reads an object of gvr from c, nil when it does not exist.
+func object(t *testing.T, c client.Client, gvr schema.GroupVersionResource, namespace, name string) *unstructured.Unstructured {
+	t.Helper()
+	kinds := map[schema.GroupVersionResource]string{capGVR: "ClusterAdmissionPolicy", apGVR: "AdmissionPolicy", rlpGVR: "RateLimitPolicy"}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvr.GroupVersion().WithKind(kinds[gvr]))
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: name}, u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		t.Fatalf("reading %s %s/%s: %v", gvr.Resource, namespace, name, err)
+	}
+	return u
+}
+
+func policySync(t *testing.T, c client.Client, name string) *syncv1alpha1.PolicySync {
+	t.Helper()
+	return get(t, c, &syncv1alpha1.PolicySync{ObjectMeta: metav1.ObjectMeta{Name: name}})
+}
+
+func clusterStatus(ps *syncv1alpha1.PolicySync, name string) *syncv1alpha1.ClusterStatus {
+	for i := range ps.Status.Clusters {
+		if ps.Status.Clusters[i].Name == name {
+			return &ps.Status.Clusters[i]
+		}
+	}
+	return nil
+}
+
+func objectStatusOf(cs *syncv1alpha1.ClusterStatus, gvr schema.GroupVersionResource, namespace, name string) *syncv1alpha1.ObjectStatus {
+	if cs == nil {
+		return nil
+	}
+	for i := range cs.Objects {
+		o := &cs.Objects[i]
+		if o.Group == gvr.Group && o.Resource == gvr.Resource && o.Namespace == namespace && o.Name == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func readyReason(ps *syncv1alpha1.PolicySync) string {
+	c := meta.FindStatusCondition(ps.Status.Conditions, syncv1alpha1.ConditionReady)
+	if c == nil {
+		return ""
+	}
+	return string(c.Status) + "/" + c.Reason
+}
+
+// assertCopy checks that the spoke's object is the hub's spec, labels and
+// annotations plus the synced annotation.
+func assertCopy(t *testing.T, spoke client.Client, gvr schema.GroupVersionResource, hub *unstructured.Unstructured, syncName string) {
+	t.Helper()
+	c := object(t, spoke, gvr, hub.GetNamespace(), hub.GetName())
+	if c == nil {
+		t.Fatalf("%s %s/%s: no copy in the spoke", gvr.Resource, hub.GetNamespace(), hub.GetName())
+	}
+	wantAnnotations := map[string]string{}
+	maps.Copy(wantAnnotations, hub.GetAnnotations())
+	wantAnnotations[syncv1alpha1.SyncedAnnotation] = syncName
+	if got := c.GetAnnotations(); !reflect.DeepEqual(got, wantAnnotations) {
+		t.Errorf("%s: annotations %v, want %v", hub.GetName(), got, wantAnnotations)
+	}
+	if got, want := c.GetLabels(), hub.GetLabels(); !reflect.DeepEqual(got, want) {
+		t.Errorf("%s: labels %v, want %v", hub.GetName(), got, want)
+	}
+	if !reflect.DeepEqual(c.Object["spec"], hub.Object["spec"]) {
+		t.Errorf("%s: spec %v, want the hub's %v", hub.GetName(), c.Object["spec"], hub.Object["spec"])
+	}
+}
+
+func TestPolicySync(t *testing.T) {
+	hub, spokeA, spokeB := startSyncCluster(t), startSyncCluster(t), startSyncCluster(t)
+	ctx := t.Context()
+	for _, cl := range []*clustertest.Cluster{hub, spokeA, spokeB} {
+		mustCreate(t, cl.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
+	}
+	mustCreate(t, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: syncNamespace}})
+	mustCreate(t, hub.Client, kubeconfigSecret(t, "spoke-a", spokeA))
+	mustCreate(t, hub.Client, kubeconfigSecret(t, "spoke-b", spokeB))
+
+	syncLabel := map[string]string{"sync": "true"}
+	mustCreate(t, hub.Client, syncedPolicy("baseline", syncLabel, policiesv1.PolicyModeMonitor))
+	mustCreate(t, hub.Client, syncedPolicy("hub-only", nil, policiesv1.PolicyModeProtect))
+	mustCreate(t, hub.Client, &policiesv1.AdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "team-policy", Labels: syncLabel},
+		Spec:       policiesv1.AdmissionPolicySpec{PolicySpec: syncedPolicy("", nil, policiesv1.PolicyModeProtect).Spec.PolicySpec},
+	})
+	rlp := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "sync.warden.test/v1", "kind": "RateLimitPolicy",
+		"metadata": map[string]any{"namespace": "team", "name": "edge-limits", "labels": map[string]any{"sync": "true"}},
+		"spec": map[string]any{
+			"targetRef": map[string]any{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "edge", "uid": "hub-gateway-uid"},
+			"limit":     int64(100),
+		},
+	}}
+	mustCreate(t, hub.Client, rlp)
+	// Made in spoke A and on the hub under the same name: spoke A's wins.
+	local := syncedPolicy("local", nil, policiesv1.PolicyModeProtect)
+	mustCreate(t, spokeA.Client, local)
+	mustCreate(t, hub.Client, syncedPolicy("local", syncLabel, policiesv1.PolicyModeMonitor))
+
+	startSyncer(t, hub)
+	ps := &syncv1alpha1.PolicySync{
+		ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
+		Spec: syncv1alpha1.PolicySyncSpec{
+			PoliciesToSync: []syncv1alpha1.GroupVersionResource{
+				{Group: capGVR.Group, Version: "v1", Resource: capGVR.Resource},
+				{Group: apGVR.Group, Version: "v1", Resource: apGVR.Resource},
+				{Group: rlpGVR.Group, Version: "v1", Resource: rlpGVR.Resource},
+				{Group: "sync.warden.test", Version: "v1", Resource: "widgets"},
+				{Group: "apps", Version: "v1", Resource: "deployments"},
+				{Group: "nothing.example", Version: "v1", Resource: "gizmos"},
+			},
+			Selector: &metav1.LabelSelector{MatchLabels: syncLabel},
+			Clusters: []syncv1alpha1.Cluster{
+				{Name: "spoke-a", KubeconfigSecretRef: syncv1alpha1.SecretKeySelector{Namespace: syncNamespace, Name: "spoke-a", Key: "kubeconfig"}},
+				{Name: "spoke-b", KubeconfigSecretRef: syncv1alpha1.SecretKeySelector{Name: "spoke-b"}},
+			},
+			StatusFeedback: []syncv1alpha1.StatusFeedback{
+				{Name: "policyStatus", JSONPath: ".status.policyStatus"},
+				{Name: "limit", JSONPath: "{.spec.limit}"},
+			},
+		},
+	}
+	mustCreate(t, hub.Client, ps)
+
+	t.Log("invalid GVRs are reported, the valid ones synced")
+	eventually(t, "the PolicySync reports its GVRs", func() bool {
+		return len(policySync(t, hub.Client, "fleet").Status.PoliciesToSync) == 6
+	})
+	got := policySync(t, hub.Client, "fleet")
+	wantGVRs := []syncv1alpha1.GVRStatus{
+		{Group: capGVR.Group, Version: "v1", Resource: capGVR.Resource, Valid: true},
+		{Group: apGVR.Group, Version: "v1", Resource: apGVR.Resource, Valid: true},
+		{Group: rlpGVR.Group, Version: "v1", Resource: rlpGVR.Resource, Valid: true},
+		{Group: "sync.warden.test", Version: "v1", Resource: "widgets",
+			Message: "widgets.v1.sync.warden.test is not a policy: it is not one of Warden's policy kinds and its schema has no .spec.targetRef"},
+		{Group: "apps", Version: "v1", Resource: "deployments",
+			Message: "deployments.v1.apps is not a policy: it is not one of Warden's policy kinds and its schema has no .spec.targetRef"},
+		{Group: "nothing.example", Version: "v1", Resource: "gizmos", Message: "the hub does not serve gizmos.v1.nothing.example"},
+	}
+	if !reflect.DeepEqual(got.Status.PoliciesToSync, wantGVRs) {
+		t.Errorf("status.policiesToSync:\n got %+v\nwant %+v", got.Status.PoliciesToSync, wantGVRs)
+	}
+	eventually(t, "Ready is False with reason InvalidGVR", func() bool {
+		return readyReason(policySync(t, hub.Client, "fleet")) == "False/InvalidGVR"
+	})
+
+	hubBaseline := object(t, hub.Client, capGVR, "", "baseline")
+	hubTeam := object(t, hub.Client, apGVR, "team", "team-policy")
+	hubLocal := object(t, hub.Client, capGVR, "", "local")
+	for name, spoke := range map[string]*clustertest.Cluster{"spoke-a": spokeA, "spoke-b": spokeB} {
+		eventually(t, name+" holds the copies", func() bool {
+			return object(t, spoke.Client, capGVR, "", "baseline") != nil && object(t, spoke.Client, apGVR, "team", "team-policy") != nil &&
+				object(t, spoke.Client, rlpGVR, "team", "edge-limits") != nil
+		})
+		assertCopy(t, spoke.Client, capGVR, hubBaseline, "fleet")
+		assertCopy(t, spoke.Client, apGVR, hubTeam, "fleet")
+		if object(t, spoke.Client, capGVR, "", "hub-only") != nil {
+			t.Errorf("%s: hub-only, which the selector does not match, was copied", name)
+		}
+		copied := object(t, spoke.Client, rlpGVR, "team", "edge-limits")
+		wantRef := map[string]any{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "edge"}
+		if ref := copied.Object["spec"].(map[string]any)["targetRef"]; !reflect.DeepEqual(ref, wantRef) {
+			t.Errorf("%s: targetRef %v, want the spoke's own Gateway %v", name, ref, wantRef)
+		}
+	}
+	assertCopy(t, spokeB.Client, capGVR, hubLocal, "fleet")
+
+	t.Log("a spoke-local object wins and the conflict is reported")
+	if a := object(t, spokeA.Client, capGVR, "", "local"); a.GetAnnotations()[syncv1alpha1.SyncedAnnotation] != "" ||
+		a.Object["spec"].(map[string]any)["mode"] != "protect" {
+		t.Errorf("spoke A's own policy was changed: %v", a.Object)
+	}
+	eventually(t, "spoke-a reports the conflict", func() bool {
+		cs := clusterStatus(policySync(t, hub.Client, "fleet"), "spoke-a")
+		return cs != nil && len(cs.Conflicts) == 1
+	})
+	got = policySync(t, hub.Client, "fleet")
+	csA := clusterStatus(got, "spoke-a")
+	wantConflict := syncv1alpha1.ConflictStatus{Group: capGVR.Group, Resource: capGVR.Resource, Name: "local",
+		Message: "a ClusterAdmissionPolicy of the same name was made in the cluster; it wins over the hub's"}
+	if !reflect.DeepEqual(csA.Conflicts, []syncv1alpha1.ConflictStatus{wantConflict}) {
+		t.Errorf("spoke-a conflicts %+v, want %+v", csA.Conflicts, wantConflict)
+	}
+	if objectStatusOf(csA, capGVR, "", "local") != nil {
+		t.Errorf("spoke-a lists the conflicting object among its synced objects")
+	}
+	if !csA.Reachable {
+		t.Errorf("spoke-a not reachable: %s", csA.Message)
+	}
+	wantObject := syncv1alpha1.ObjectStatus{Group: capGVR.Group, Resource: capGVR.Resource, Name: "baseline", HubGeneration: 1, Synced: true}
+	if o := objectStatusOf(csA, capGVR, "", "baseline"); o == nil || !reflect.DeepEqual(*o, wantObject) {
+		t.Errorf("spoke-a baseline status %+v, want %+v", o, wantObject)
+	}
+	wantLimits := syncv1alpha1.ObjectStatus{Group: rlpGVR.Group, Resource: rlpGVR.Resource, Namespace: "team", Name: "edge-limits",
+		HubGeneration: 1, Synced: true, Feedback: map[string]string{"limit": "100"}}
+	if o := objectStatusOf(csA, rlpGVR, "team", "edge-limits"); o == nil || !reflect.DeepEqual(*o, wantLimits) {
+		t.Errorf("spoke-a edge-limits status %+v, want %+v", o, wantLimits)
+	}
+	if objectStatusOf(clusterStatus(got, "spoke-b"), capGVR, "", "local") == nil {
+		t.Errorf("spoke-b does not list local, which it holds a copy of")
+	}
+
+	t.Log("only valid GVRs left: Ready says Conflict")
+	got.Spec.PoliciesToSync = got.Spec.PoliciesToSync[:3]
+	if err := hub.Client.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Ready is False with reason Conflict", func() bool {
+		return readyReason(policySync(t, hub.Client, "fleet")) == "False/Conflict"
+	})
+
+	t.Log("feedback from the spokes' copies")
+	for _, spoke := range []*clustertest.Cluster{spokeA, spokeB} {
+		// Stands in for the spoke's controller, which is not running here.
+		p := get(t, spoke.Client, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "baseline"}})
+		p.SetStatus(policiesv1.PolicyStatusActive)
+		if err := spoke.Client.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "both spokes feed policyStatus back", func() bool {
+		ps := policySync(t, hub.Client, "fleet")
+		for _, name := range []string{"spoke-a", "spoke-b"} {
+			o := objectStatusOf(clusterStatus(ps, name), capGVR, "", "baseline")
+			if o == nil || o.Feedback["policyStatus"] != "active" {
+				return false
+			}
+		}
+		return true
+	})
+
+	t.Log("an update reaches both spokes")
+	baseline := get(t, hub.Client, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "baseline"}})
+	baseline.Spec.Mode = policiesv1.PolicyModeProtect
+	if err := hub.Client.Update(ctx, baseline); err != nil {
+		t.Fatal(err)
+	}
+	hubBaseline = object(t, hub.Client, capGVR, "", "baseline")
+	for name, spoke := range map[string]*clustertest.Cluster{"spoke-a": spokeA, "spoke-b": spokeB} {
+		eventually(t, name+" holds generation 2", func() bool {
+			c := object(t, spoke.Client, capGVR, "", "baseline")
+			o := objectStatusOf(clusterStatus(policySync(t, hub.Client, "fleet"), name), capGVR, "", "baseline")
+			return c.Object["spec"].(map[string]any)["mode"] == "protect" && o != nil && o.HubGeneration == 2 && o.Synced
+		})
+		assertCopy(t, spoke.Client, capGVR, hubBaseline, "fleet")
+	}
+
+	t.Log("a copy edited in a spoke is put back")
+	edited := object(t, spokeB.Client, capGVR, "", "baseline")
+	edited.Object["spec"].(map[string]any)["module"] = "registry://example.com/edited-in-the-spoke:v1"
+	if err := spokeB.Client.Update(ctx, edited); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "spoke-b's copy is mended", func() bool {
+		return object(t, spokeB.Client, capGVR, "", "baseline").Object["spec"].(map[string]any)["module"] == hubBaseline.Object["spec"].(map[string]any)["module"]
+	})
+
+	t.Log("deleting on the hub deletes the copies only")
+	if err := hub.Client.Delete(ctx, syncedPolicy("local", nil, "")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "spoke-b's copy of local is deleted", func() bool { return object(t, spokeB.Client, capGVR, "", "local") == nil })
+	eventually(t, "the conflict is gone and Ready is True", func() bool {
+		ps := policySync(t, hub.Client, "fleet")
+		return len(clusterStatus(ps, "spoke-a").Conflicts) == 0 && readyReason(ps) == "True/Synced"
+	})
+	if object(t, spokeA.Client, capGVR, "", "local") == nil {
+		t.Fatal("spoke A's own policy was deleted with the hub's")
+	}
+
+	t.Log("an object that stops matching the selector is deleted from the spokes")
+	baseline = get(t, hub.Client, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "baseline"}})
+	baseline.Labels = nil
+	if err := hub.Client.Update(ctx, baseline); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "baseline is deleted from both spokes", func() bool {
+		return object(t, spokeA.Client, capGVR, "", "baseline") == nil && object(t, spokeB.Client, capGVR, "", "baseline") == nil
+	})
+
+	t.Log("a spoke that goes down is reported and does not hold the other up")
+	spokeB.Stop()
+	eventually(t, "spoke-b is unreachable", func() bool {
+		ps := policySync(t, hub.Client, "fleet")
+		cs := clusterStatus(ps, "spoke-b")
+		return cs != nil && !cs.Reachable && cs.Message != "" && readyReason(ps) == "False/ClusterUnreachable"
+	})
+	mustCreate(t, hub.Client, syncedPolicy("late", syncLabel, policiesv1.PolicyModeProtect))
+	eventually(t, "spoke-a gets late", func() bool { return object(t, spokeA.Client, capGVR, "", "late") != nil })
+
+	t.Log("the spoke comes back as a new API server, with a new kubeconfig")
+	spokeB2 := startSyncCluster(t)
+	mustCreate(t, spokeB2.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
+	secret := get(t, hub.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: "spoke-b"}})
+	secret.Data["kubeconfig"] = kubeconfig(t, spokeB2.Config)
+	if err := hub.Client.Update(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "spoke-b converges", func() bool {
+		return object(t, spokeB2.Client, capGVR, "", "late") != nil && object(t, spokeB2.Client, apGVR, "team", "team-policy") != nil &&
+			object(t, spokeB2.Client, rlpGVR, "team", "edge-limits") != nil
+	})
+	eventually(t, "Ready is True again", func() bool {
+		ps := policySync(t, hub.Client, "fleet")
+		return readyReason(ps) == "True/Synced" && clusterStatus(ps, "spoke-b").Reachable
+	})
+
+	t.Log("a selector change on the PolicySync deletes the copies it no longer selects")
+	late := get(t, hub.Client, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "late"}})
+	late.Labels["tier"] = "gold"
+	if err := hub.Client.Update(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	fleet := policySync(t, hub.Client, "fleet")
+	fleet.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"sync": "true", "tier": "gold"}}
+	if err := hub.Client.Update(ctx, fleet); err != nil {
+		t.Fatal(err)
+	}
+	for name, spoke := range map[string]*clustertest.Cluster{"spoke-a": spokeA, "spoke-b": spokeB2} {
+		eventually(t, name+" keeps late only", func() bool {
+			return object(t, spoke.Client, apGVR, "team", "team-policy") == nil && object(t, spoke.Client, rlpGVR, "team", "edge-limits") == nil &&
+				object(t, spoke.Client, capGVR, "", "late") != nil
+		})
+		assertCopy(t, spoke.Client, capGVR, object(t, hub.Client, capGVR, "", "late"), "fleet")
+	}
+
+	t.Log("kubeconfig Secrets that cannot be used are reported")
+	mustCreate(t, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}})
+	mustCreate(t, hub.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "elsewhere", Name: "spoke-a"},
+		Data: map[string][]byte{"kubeconfig": kubeconfig(t, spokeA.Config)}})
+	mustCreate(t, hub.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: "garbage"},
+		Data: map[string][]byte{"kubeconfig": []byte("not: [a kubeconfig")}})
+	mustCreate(t, hub.Client, &syncv1alpha1.PolicySync{
+		ObjectMeta: metav1.ObjectMeta{Name: "broken"},
+		Spec: syncv1alpha1.PolicySyncSpec{
+			PoliciesToSync: []syncv1alpha1.GroupVersionResource{{Group: capGVR.Group, Version: "v1", Resource: capGVR.Resource}},
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"nothing": "matches"}},
+			Clusters: []syncv1alpha1.Cluster{
+				{Name: "other-namespace", KubeconfigSecretRef: syncv1alpha1.SecretKeySelector{Namespace: "elsewhere", Name: "spoke-a"}},
+				{Name: "no-secret", KubeconfigSecretRef: syncv1alpha1.SecretKeySelector{Name: "nosuch"}},
+				{Name: "no-key", KubeconfigSecretRef: syncv1alpha1.SecretKeySelector{Name: "spoke-a", Key: "other"}},
+				{Name: "garbage", KubeconfigSecretRef: syncv1alpha1.SecretKeySelector{Name: "garbage"}},
+			},
+		},
+	})
+	wantMessages := map[string]string{
+		"other-namespace": "the kubeconfig Secret elsewhere/spoke-a is not in the syncer's namespace kubewarden",
+		"no-secret":       "the kubeconfig Secret kubewarden/nosuch does not exist",
+		"no-key":          `the kubeconfig Secret kubewarden/spoke-a has no key "other"`,
+		"garbage":         "reading the kubeconfig: ",
+	}
+	eventually(t, "the broken clusters are reported", func() bool {
+		ps := policySync(t, hub.Client, "broken")
+		for name, message := range wantMessages {
+			cs := clusterStatus(ps, name)
+			if cs == nil || cs.Reachable || !strings.HasPrefix(cs.Message, message) {
+				return false
+			}
+		}
+		return readyReason(ps) == "False/ClusterUnreachable"
+	})
+
+	t.Log("deleting the PolicySync deletes its copies")
+	if err := hub.Client.Delete(ctx, &syncv1alpha1.PolicySync{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the copies are gone", func() bool {
+		for _, spoke := range []*clustertest.Cluster{spokeA, spokeB2} {
+			for _, key := range []struct {
+				gvr             schema.GroupVersionResource
+				namespace, name string
+			}{{capGVR, "", "late"}} {
+				if object(t, spoke.Client, key.gvr, key.namespace, key.name) != nil {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if object(t, spokeA.Client, capGVR, "", "local") == nil {
+		t.Error("spoke A's own policy was deleted with the PolicySync")
+	}
+	eventually(t, "the PolicySync is gone", func() bool {
+		err := hub.Client.Get(ctx, client.ObjectKey{Name: "fleet"}, &syncv1alpha1.PolicySync{})
+		return apierrors.IsNotFound(err)
+	})
+}
