@@ -7,10 +7,14 @@
 //     exactly as the policy server does (protect mode, mutation allowed);
 //   - pull, push, digest, policies and rm work on OCI registries and on the
 //     local store, laid out as Kubewarden lays it out (internal/policyfetch);
+//     save and load move policies of the store to and from a tar.gz;
 //   - verify checks a policy's cosign signatures against kwctl's
 //     verification flags (internal/verify), which pull, run and bench take
 //     too; sign signs a pushed policy with a cosign key (a Warden extension);
-//   - inspect, annotate and scaffold read and write policy metadata;
+//   - inspect, annotate and scaffold read and write policy metadata, and
+//     scaffold vap turns a ValidatingAdmissionPolicy into a
+//     ClusterAdmissionPolicy;
+//   - info and docs describe wardenctl itself;
 //   - test runs a declarative suite of cases against a policy, and scan
 //     evaluates the objects of manifest files as CREATE requests (Warden
 //     extensions).

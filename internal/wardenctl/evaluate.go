@@ -105,7 +105,7 @@ func (a *app) loadSession(ctx context.Context, configs map[string]*engine.Policy
 		Fetch: func(ctx context.Context, uri string) ([]byte, error) {
 			m, err := f.Fetch(ctx, uri)
 			if err != nil {
-				return nil, err
+				return nil, notValidated(uri, err)
 			}
 			b, err := adaptModule(ctx, m.Bytes, o.ExecutionMode, logger)
 			if err != nil {
@@ -137,7 +137,7 @@ func (s *session) Close(ctx context.Context) {
 // else an AdmissionRequest.
 func (s *session) evaluate(ctx context.Context, id string, req *admission.Request, raw json.RawMessage) (*admission.Response, error) {
 	if raw != nil {
-		return s.eng.ValidateRaw(ctx, id, raw)
+		return s.eng.ValidateRaw(ctx, id, admission.DecodeRawRequest(raw))
 	}
 	return s.eng.Validate(ctx, id, req, engine.OriginValidate)
 }

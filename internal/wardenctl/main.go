@@ -102,6 +102,10 @@ func (a *app) rootCommand() *cobra.Command {
 		a.scaffoldCommand(),
 		a.testCommand(),
 		a.scanCommand(),
+		a.saveCommand(),
+		a.loadCommand(),
+		a.infoCommand(),
+		a.docsCommand(root),
 	)
 	return root
 }

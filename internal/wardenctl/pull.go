@@ -63,7 +63,7 @@ func (a *app) pullCommand() *cobra.Command {
 			defer f.Close()
 			m, err := f.Fetch(cmd.Context(), uri)
 			if err != nil {
-				return err
+				return notValidated(uri, err)
 			}
 			dest := o.OutputPath
 			if dest != "" {

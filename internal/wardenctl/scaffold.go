@@ -18,7 +18,7 @@ func (a *app) scaffoldCommand() *cobra.Command {
 		Short: "Scaffold a Kubernetes resource or a configuration file",
 		Args:  args(cobra.NoArgs),
 	}
-	cmd.AddCommand(a.scaffoldManifestCommand(), a.scaffoldAdmissionRequestCommand(), a.scaffoldVerificationConfigCommand())
+	cmd.AddCommand(a.scaffoldManifestCommand(), a.scaffoldAdmissionRequestCommand(), a.scaffoldVerificationConfigCommand(), a.scaffoldVAPCommand())
 	return cmd
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/wardenhq/warden/internal/policyfetch"
 	"github.com/wardenhq/warden/internal/verify"
 )
 
@@ -187,6 +188,17 @@ func (a *app) verifier(o VerificationOptions) (*verify.Verifier, error) {
 		return nil, err
 	}
 	return verify.New(cfg)
+}
+
+// notValidated words a fetch error that is a refused verification as
+// kwctl does, naming the policy (pull and run: "Policy <uri> cannot be
+// validated"); other errors are returned as they are.
+func notValidated(uri string, err error) error {
+	var ve *policyfetch.VerificationError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("policy %s cannot be validated: %w", uri, ve)
+	}
+	return err
 }
 
 // parseAnnotations parses key=value pairs; flag names the flag in errors.
