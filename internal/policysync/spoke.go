@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -49,6 +50,13 @@ type desiredState struct {
 	digest string
 }
 
+// sameShape says whether d syncs the same resources with the same
+// feedback as o: only then can a pass bring a spoke from o to d
+// incrementally.
+func (d *desiredState) sameShape(o *desiredState) bool {
+	return slices.Equal(d.gvrs, o.gvrs) && slices.Equal(d.feedback, o.feedback)
+}
+
 // applied is what the syncer knows of a copy it wrote: while the spoke's
 // object keeps its uid and generation, and the copy its digest, the copy
 // needs no new apply.
@@ -88,9 +96,17 @@ type spoke struct {
 	reported      bool
 
 	// Owned by run's goroutine.
-	client      dynamic.Interface
-	clientCfg   *rest.Config // the configuration client was made for
-	applied     map[objectKey]applied
+	client    dynamic.Interface
+	clientCfg *rest.Config // the configuration client was made for
+	// applied holds the copies the spoke is known to hold.
+	applied map[objectKey]applied
+	// objects and conflicts are the status of each desired object, as of
+	// the last pass.
+	objects   map[objectKey]syncv1alpha1.ObjectStatus
+	conflicts map[objectKey]syncv1alpha1.ConflictStatus
+	// last is the desired state the last pass reached, nil when the next
+	// pass must be a full one.
+	last        *desiredState
 	touchedGVRs map[schema.GroupVersionResource]bool
 }
 
@@ -105,6 +121,8 @@ func newSpoke(syncName, cluster string, resync, timeout time.Duration, logger *s
 		kick:        make(chan struct{}, 1),
 		status:      syncv1alpha1.ClusterStatus{Name: cluster},
 		applied:     map[objectKey]applied{},
+		objects:     map[objectKey]syncv1alpha1.ObjectStatus{},
+		conflicts:   map[objectKey]syncv1alpha1.ConflictStatus{},
 		touchedGVRs: map[schema.GroupVersionResource]bool{},
 	}
 }
@@ -160,12 +178,15 @@ func (s *spoke) clusterStatus() (syncv1alpha1.ClusterStatus, bool) {
 }
 
 // run syncs until ctx is done: at each kick, and every resync period, or
-// after a failure with a backoff doubling from minBackoff to maxBackoff.
+// after a failure with a backoff doubling from minBackoff to maxBackoff. A
+// kick after a successful pass makes an incremental pass; the others are
+// full passes.
 func (s *spoke) run(ctx context.Context) {
 	timer := time.NewTimer(s.resync)
 	defer timer.Stop()
 	var backoff time.Duration
 	for {
+		full := true
 		select {
 		case <-ctx.Done():
 			return
@@ -177,9 +198,10 @@ func (s *spoke) run(ctx context.Context) {
 			if backoff > 0 && !retryNow {
 				continue // the timer retries
 			}
+			full = retryNow
 		case <-timer.C:
 		}
-		if err := s.pass(ctx); err != nil {
+		if err := s.pass(ctx, full); err != nil {
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)
 			s.logger.Info("cluster unreachable", "error", err, "retryIn", backoff)
 			timer.Reset(backoff)
@@ -197,7 +219,7 @@ func (s *spoke) cleanup(ctx context.Context) error {
 	s.mu.Lock()
 	s.desired = &desiredState{}
 	s.mu.Unlock()
-	return s.pass(ctx)
+	return s.pass(ctx, true)
 }
 
 // unreachableError is a failure to talk to a spoke's API server at all, as
@@ -207,12 +229,15 @@ type unreachableError struct{ err error }
 func (e *unreachableError) Error() string { return e.err.Error() }
 func (e *unreachableError) Unwrap() error { return e.err }
 
-// pass compares the spoke with the desired state once and mends it: it
-// creates and updates copies, deletes the copies of objects no longer
-// desired, and records conflicts and feedback. It returns an
-// unreachableError when the spoke's API server could not be reached; the
-// status then keeps the objects of the last pass.
-func (s *spoke) pass(ctx context.Context) error {
+// pass brings the spoke to the desired state once: it creates and updates
+// copies, deletes the copies of objects no longer desired, and records
+// conflicts and feedback. A full pass lists the spoke's objects of every
+// resource and compares them all; an incremental one only writes what
+// changed in the desired state since the last pass, and falls back to a
+// full pass when the spoke surprises it. pass returns an unreachableError
+// when the spoke's API server could not be reached; the status then keeps
+// the objects of the last pass.
+func (s *spoke) pass(ctx context.Context, full bool) error {
 	s.mu.Lock()
 	desired, cfg, cfgErr := s.desired, s.config, s.configErr
 	s.mu.Unlock()
@@ -220,46 +245,115 @@ func (s *spoke) pass(ctx context.Context) error {
 		return nil // the reconciler has not said what to sync, or where, yet
 	}
 	if cfgErr != nil {
-		s.setUnreachable(cfgErr)
-		return &unreachableError{cfgErr}
+		return s.unreachable(cfgErr)
 	}
 	client, err := s.clientFor(cfg)
 	if err != nil {
-		s.setUnreachable(err)
-		return &unreachableError{err}
-	}
-
-	gvrs := slices.Clone(desired.gvrs)
-	for gvr := range s.touchedGVRs {
-		if !slices.Contains(gvrs, gvr) {
-			gvrs = append(gvrs, gvr) // to delete the copies of a resource no longer synced
-		}
+		return s.unreachable(err)
 	}
 	feedback, err := compileFeedback(desired.feedback)
 	if err != nil {
-		return err // checked by the reconciler: not reached
+		return s.unreachable(err) // checked by the reconciler: not reached
 	}
-	status := syncv1alpha1.ClusterStatus{Name: s.cluster, Reachable: true}
-	for _, gvr := range gvrs {
-		if err := s.syncResource(ctx, client, gvr, desired, feedback, &status); err != nil {
-			s.setUnreachable(err)
-			return err
+
+	if !full && s.last != nil && s.last.sameShape(desired) {
+		err = s.update(ctx, client, desired, feedback)
+		if errors.Is(err, errNeedFullPass) {
+			full = true
+		} else if err != nil {
+			return s.unreachable(err)
+		}
+	} else {
+		full = true
+	}
+	if full {
+		s.objects = map[objectKey]syncv1alpha1.ObjectStatus{}
+		s.conflicts = map[objectKey]syncv1alpha1.ConflictStatus{}
+		gvrs := slices.Clone(desired.gvrs)
+		for gvr := range s.touchedGVRs {
+			if !slices.Contains(gvrs, gvr) {
+				gvrs = append(gvrs, gvr) // to delete the copies of a resource no longer synced
+			}
+		}
+		for _, gvr := range gvrs {
+			if err := s.syncResource(ctx, client, gvr, desired, feedback); err != nil {
+				return s.unreachable(err)
+			}
 		}
 	}
-	slices.SortFunc(status.Objects, compareObjectStatus)
-	slices.SortFunc(status.Conflicts, compareConflictStatus)
+	s.last = desired
+
+	status := syncv1alpha1.ClusterStatus{Name: s.cluster, Reachable: true}
+	status.Objects = slices.SortedFunc(maps.Values(s.objects), compareObjectStatus)
+	status.Conflicts = slices.SortedFunc(maps.Values(s.conflicts), compareConflictStatus)
 	s.mu.Lock()
 	s.status, s.reported = status, true
 	s.mu.Unlock()
 	return nil
 }
 
-func (s *spoke) setUnreachable(err error) {
+// errNeedFullPass: an incremental pass met a spoke that is not as the last
+// pass left it.
+var errNeedFullPass = errors.New("the cluster changed: compare it all")
+
+// update is an incremental pass: it applies the copies whose digest
+// changed since the last pass and deletes those no longer desired, without
+// listing the spoke.
+func (s *spoke) update(ctx context.Context, client dynamic.Interface, desired *desiredState, feedback []feedbackRule) error {
+	for key, c := range desired.copies {
+		if p, ok := s.last.copies[key]; ok && p.digest == c.digest {
+			continue
+		}
+		if _, ok := s.conflicts[key]; ok {
+			continue // the spoke's own object still wins
+		}
+		var uid types.UID
+		if a, ok := s.applied[key]; ok {
+			uid = a.uid
+		}
+		obj, err := s.apply(ctx, client, c, uid)
+		if err != nil {
+			var unreachable *unreachableError
+			if errors.As(err, &unreachable) {
+				return err
+			}
+			return errNeedFullPass
+		}
+		s.objects[key] = objectStatus(c, true, "", readFeedback(feedback, obj))
+	}
+	for key := range s.last.copies {
+		if _, ok := desired.copies[key]; ok {
+			continue
+		}
+		delete(s.objects, key)
+		delete(s.conflicts, key)
+		if a, ok := s.applied[key]; ok {
+			if err := s.delete(ctx, client, key, a.uid); err != nil {
+				var unreachable *unreachableError
+				if errors.As(err, &unreachable) {
+					return err
+				}
+				return errNeedFullPass
+			}
+		}
+	}
+	return nil
+}
+
+// unreachable records err as the reason the spoke cannot be reached, and
+// returns it as an unreachableError.
+func (s *spoke) unreachable(err error) error {
+	s.last = nil
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.status.Reachable = false
 	s.status.Message = err.Error()
 	s.reported = true
+	var u *unreachableError
+	if errors.As(err, &u) {
+		return err
+	}
+	return &unreachableError{err}
 }
 
 // clientFor returns a dynamic client for cfg, made once per configuration.
@@ -281,10 +375,10 @@ func (s *spoke) clientFor(cfg *rest.Config) (dynamic.Interface, error) {
 	return client, nil
 }
 
-// syncResource mends the spoke's objects of one resource and appends their
-// status to status.
+// syncResource lists the spoke's objects of one resource, mends them, and
+// records their status.
 func (s *spoke) syncResource(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource,
-	desired *desiredState, feedback []feedbackRule, status *syncv1alpha1.ClusterStatus) error {
+	desired *desiredState, feedback []feedbackRule) error {
 	list, err := client.Resource(gvr).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		if isUnreachable(err) {
@@ -296,7 +390,7 @@ func (s *spoke) syncResource(ctx context.Context, client dynamic.Interface, gvr 
 		}
 		for key, c := range desired.copies {
 			if key.gvr == gvr {
-				status.Objects = append(status.Objects, objectStatus(c, false, message, nil))
+				s.objects[key] = objectStatus(c, false, message, nil)
 			}
 		}
 		return nil
@@ -315,12 +409,16 @@ func (s *spoke) syncResource(ctx context.Context, client dynamic.Interface, gvr 
 		obj := actual[key]
 		if obj != nil {
 			if owner, ok := obj.GetAnnotations()[syncv1alpha1.SyncedAnnotation]; !ok || owner != s.syncName {
-				status.Conflicts = append(status.Conflicts, conflictStatus(key, obj, owner, ok))
+				s.conflicts[key] = conflictStatus(key, obj, owner, ok)
 				continue
 			}
 		}
 		if obj == nil || !s.upToDate(key, c, obj) {
-			obj, err = s.apply(ctx, client, c, obj)
+			var uid types.UID
+			if obj != nil {
+				uid = obj.GetUID()
+			}
+			obj, err = s.apply(ctx, client, c, uid)
 			if err != nil {
 				var unreachable *unreachableError
 				switch {
@@ -329,14 +427,14 @@ func (s *spoke) syncResource(ctx context.Context, client dynamic.Interface, gvr 
 				case apierrors.IsConflict(err):
 					// Made in the cluster between the list and the apply:
 					// the next pass sees it and reports the conflict.
-					status.Objects = append(status.Objects, objectStatus(c, false, "changed in the cluster while it was synced; retrying", nil))
+					s.objects[key] = objectStatus(c, false, "changed in the cluster while it was synced; retrying", nil)
 				default:
-					status.Objects = append(status.Objects, objectStatus(c, false, err.Error(), nil))
+					s.objects[key] = objectStatus(c, false, err.Error(), nil)
 				}
 				continue
 			}
 		}
-		status.Objects = append(status.Objects, objectStatus(c, true, "", readFeedback(feedback, obj)))
+		s.objects[key] = objectStatus(c, true, "", readFeedback(feedback, obj))
 	}
 
 	remaining := 0
@@ -347,7 +445,7 @@ func (s *spoke) syncResource(ctx context.Context, client dynamic.Interface, gvr 
 		if _, ok := desired.copies[key]; ok {
 			continue
 		}
-		if err := s.delete(ctx, client, key, obj); err != nil {
+		if err := s.delete(ctx, client, key, obj.GetUID()); err != nil {
 			var unreachable *unreachableError
 			if errors.As(err, &unreachable) {
 				return err
@@ -382,22 +480,21 @@ func includes(m, sub map[string]string) bool {
 	return true
 }
 
-// apply writes c to the spoke with server-side apply. An existing copy
-// (current, not nil) is applied with force, since the syncer owns it, and
-// with its resourceVersion as a precondition, so that an object deleted
-// and made again in the cluster in between is not overwritten. A new copy
-// is applied without force: an object made in the cluster meanwhile with
-// other values makes the apply fail with a conflict instead of being taken
-// over.
-func (s *spoke) apply(ctx context.Context, client dynamic.Interface, c spokeCopy, current *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	obj := c.object.DeepCopy()
-	force := false
-	if current != nil {
-		obj.SetResourceVersion(current.GetResourceVersion())
-		force = true
+// apply writes c to the spoke with server-side apply. A copy the spoke
+// holds (uid, its object's, not empty) is applied with force, since the
+// syncer owns it, and with its uid, which the API server refuses to change:
+// an object deleted and made again in the cluster in between is not
+// overwritten. A new copy is applied without force: an object made in the
+// cluster meanwhile with other values makes the apply fail with a conflict
+// instead of being taken over.
+func (s *spoke) apply(ctx context.Context, client dynamic.Interface, c spokeCopy, uid types.UID) (*unstructured.Unstructured, error) {
+	obj := c.object
+	if uid != "" {
+		obj = obj.DeepCopy()
+		obj.SetUID(uid)
 	}
 	out, err := client.Resource(c.key.gvr).Namespace(c.key.namespace).Apply(ctx, c.key.name, obj,
-		metav1.ApplyOptions{FieldManager: fieldManager, Force: force})
+		metav1.ApplyOptions{FieldManager: fieldManager, Force: uid != ""})
 	if err != nil {
 		if isUnreachable(err) {
 			return nil, &unreachableError{err}
@@ -411,10 +508,10 @@ func (s *spoke) apply(ctx context.Context, client dynamic.Interface, c spokeCopy
 	return out, nil
 }
 
-// delete deletes a copy the syncer made, if it is still the object listed.
-func (s *spoke) delete(ctx context.Context, client dynamic.Interface, key objectKey, obj *unstructured.Unstructured) error {
+// delete deletes a copy the syncer made, if it is still the object of uid.
+func (s *spoke) delete(ctx context.Context, client dynamic.Interface, key objectKey, uid types.UID) error {
 	err := client.Resource(key.gvr).Namespace(key.namespace).Delete(ctx, key.name,
-		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(obj.GetUID())}})
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(uid)}})
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 		delete(s.applied, key)

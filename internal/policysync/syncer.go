@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
@@ -87,6 +88,15 @@ type syncState struct {
 	validatedAt time.Time
 	resources   []validatedGVR
 	spokes      map[string]*runningSpoke
+	// copies caches the copy of each hub object by its uid, made at the
+	// hub object's resourceVersion: a reconcile makes copies of the
+	// objects that changed only.
+	copies map[types.UID]cachedCopy
+}
+
+type cachedCopy struct {
+	resourceVersion string
+	copy            spokeCopy
 }
 
 type validatedGVR struct {
@@ -166,7 +176,7 @@ func (s *Syncer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	if !synced {
 		return ctrl.Result{RequeueAfter: informerSyncPoll}, nil
 	}
-	desired, buildErr := s.desiredState(&ps, st.resources)
+	desired, buildErr := s.desiredState(&ps, st)
 	if buildErr == nil {
 		s.runSpokes(ps.Name, st, ps.Spec.Clusters, desired)
 	}
@@ -271,7 +281,7 @@ func (s *Syncer) release(w *watch, name string) {
 
 // desiredState builds the copies the PolicySync wants in every cluster
 // from the hub watches' caches.
-func (s *Syncer) desiredState(ps *syncv1alpha1.PolicySync, resources []validatedGVR) (*desiredState, error) {
+func (s *Syncer) desiredState(ps *syncv1alpha1.PolicySync, st *syncState) (*desiredState, error) {
 	selector := labels.Everything()
 	if ps.Spec.Selector != nil {
 		var err error
@@ -284,7 +294,8 @@ func (s *Syncer) desiredState(ps *syncv1alpha1.PolicySync, resources []validated
 	}
 	d := &desiredState{copies: map[objectKey]spokeCopy{}, feedback: ps.Spec.StatusFeedback}
 	hash := sha256.New()
-	for _, r := range resources {
+	copies := make(map[types.UID]cachedCopy, len(st.copies))
+	for _, r := range st.resources {
 		if r.err != nil {
 			continue
 		}
@@ -295,13 +306,19 @@ func (s *Syncer) desiredState(ps *syncv1alpha1.PolicySync, resources []validated
 			if !ok || !selector.Matches(labels.Set(obj.GetLabels())) {
 				continue
 			}
-			c, err := makeCopy(r.gvr, obj, ps.Name)
-			if err != nil {
-				return nil, err
+			cached, ok := st.copies[obj.GetUID()]
+			if !ok || cached.resourceVersion != obj.GetResourceVersion() {
+				c, err := makeCopy(r.gvr, obj, ps.Name)
+				if err != nil {
+					return nil, err
+				}
+				cached = cachedCopy{resourceVersion: obj.GetResourceVersion(), copy: c}
 			}
-			d.copies[c.key] = c
+			copies[obj.GetUID()] = cached
+			d.copies[cached.copy.key] = cached.copy
 		}
 	}
+	st.copies = copies
 	keys := slices.SortedFunc(maps.Keys(d.copies), compareKeys)
 	for _, k := range keys {
 		fmt.Fprintf(hash, "%s %d %s\n", k, d.copies[k].hubGeneration, d.copies[k].digest)
