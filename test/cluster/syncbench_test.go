@@ -154,7 +154,9 @@ func TestPolicySyncScale(t *testing.T) {
 		latencies = append(latencies, time.Since(begin))
 	}
 	slices.Sort(latencies)
-	pct := func(p float64) time.Duration { return latencies[int(p*float64(len(latencies)-1))].Round(time.Millisecond) }
+	pct := func(p float64) time.Duration {
+		return latencies[int(p*float64(len(latencies)-1))].Round(time.Millisecond)
+	}
 	t.Logf("one update to both spokes, %d updates one at a time: p50 %s, p99 %s, max %s",
 		len(latencies), pct(0.5), pct(0.99), latencies[len(latencies)-1].Round(time.Millisecond))
 	t.Logf("syncer memory at the end: %s", syncerMemory(t, cmd.Process.Pid))
@@ -180,4 +182,3 @@ func syncerMemory(t *testing.T, pid int) string {
 	}
 	return fmt.Sprintf("RSS %s, peak %s", values["VmRSS"], values["VmHWM"])
 }
-
