@@ -3,7 +3,8 @@
 // cluster and reads its PolicySyncs (api/sync/v1alpha1); each names the
 // resources whose objects are copied (spec.policiesToSync), which of them
 // (spec.selector), and the spoke clusters, reached with a kubeconfig kept in
-// a Secret of the syncer's namespace (spec.clusters).
+// a Secret of the syncer's namespace (spec.clusters) or through Open Cluster
+// Management (spec.placement: a ManifestWork per cluster, ocm.go).
 //
 // The work is split in two, so that a slow or unreachable spoke holds up
 // nothing else:
@@ -14,8 +15,9 @@
 //     hub per resource in use (started and stopped as PolicySyncs change),
 //     builds the copies each spoke should hold (copies.go), and writes the
 //     status from what the workers report.
-//   - spoke (spoke.go) is one worker per cluster of each PolicySync, in a
-//     goroutine of its own. At each change, and every --resync-period, it
+//   - spoke (spoke.go) is one worker per direct cluster of each PolicySync,
+//     in a goroutine of its own (ocmCluster, in ocm.go, is its OCM
+//     counterpart). At each change, and every --resync-period, it
 //     lists the spoke's objects of each resource and mends them: server-side
 //     apply of new and changed copies, conflicts with objects made in the
 //     spoke (which win and are reported), deletion of copies no longer

@@ -87,7 +87,7 @@ type syncState struct {
 	generation  int64
 	validatedAt time.Time
 	resources   []validatedGVR
-	spokes      map[string]*runningSpoke
+	spokes      map[workerKey]*runningSpoke
 	// copies caches the copy of each hub object by its uid, made at the
 	// hub object's resourceVersion: a reconcile makes copies of the
 	// objects that changed only.
@@ -105,9 +105,34 @@ type validatedGVR struct {
 	err  error
 }
 
-// runningSpoke is a spoke and its goroutine.
+// clusterWorker keeps one cluster of one PolicySync in sync, in a
+// goroutine of its own (run): spoke for the direct transport, ocmCluster
+// for Open Cluster Management.
+type clusterWorker interface {
+	// setDesired hands the worker the state its cluster should reach.
+	setDesired(*desiredState)
+	// clusterStatus returns the cluster's status, and whether the worker
+	// has made a first pass yet.
+	clusterStatus() (syncv1alpha1.ClusterStatus, bool)
+	run(ctx context.Context)
+	// cleanup deletes what the worker made in its cluster; the worker's
+	// goroutine must be stopped first.
+	cleanup(ctx context.Context) error
+}
+
+// workerKey names a cluster's worker in a syncState: a cluster may be named
+// both in spec.clusters and spec.placement.
+type workerKey struct {
+	ocm     bool
+	cluster string
+}
+
+// runningSpoke is a cluster's worker and its goroutine.
 type runningSpoke struct {
-	*spoke
+	clusterWorker
+	// direct is the worker when it is a spoke (direct transport), which
+	// also takes a kubeconfig; nil for Open Cluster Management.
+	direct *spoke
 	secret string
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -164,7 +189,7 @@ func (s *Syncer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	defer s.mu.Unlock()
 	st := s.syncs[ps.Name]
 	if st == nil {
-		st = &syncState{spokes: map[string]*runningSpoke{}}
+		st = &syncState{spokes: map[workerKey]*runningSpoke{}}
 		s.syncs[ps.Name] = st
 	}
 	if st.generation != ps.Generation || time.Since(st.validatedAt) > revalidateAfter {
@@ -178,7 +203,7 @@ func (s *Syncer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	}
 	desired, buildErr := s.desiredState(&ps, st)
 	if buildErr == nil {
-		s.runSpokes(ps.Name, st, ps.Spec.Clusters, desired)
+		s.runSpokes(ps.Name, st, &ps.Spec, desired)
 	}
 
 	status := s.status(&ps, st, buildErr)
@@ -331,58 +356,71 @@ func (s *Syncer) desiredState(ps *syncv1alpha1.PolicySync, st *syncState) (*desi
 }
 
 // runSpokes starts a worker for each cluster of the PolicySync name that
-// has none, hands every worker the desired state and its kubeconfig, and
-// stops (after deleting their copies) the workers of clusters no longer
-// named.
-func (s *Syncer) runSpokes(name string, st *syncState, clusters []syncv1alpha1.Cluster, desired *desiredState) {
-	named := map[string]bool{}
-	for _, c := range clusters {
-		named[c.Name] = true
-		sp := st.spokes[c.Name]
+// has none, hands every worker the desired state (and a spoke its
+// kubeconfig), and stops (after deleting their copies) the workers of
+// clusters no longer named.
+func (s *Syncer) runSpokes(name string, st *syncState, spec *syncv1alpha1.PolicySyncSpec, desired *desiredState) {
+	changed := func() { s.enqueue(name) }
+	named := map[workerKey]bool{}
+	for _, c := range spec.Clusters {
+		key := workerKey{cluster: c.Name}
+		named[key] = true
+		sp := st.spokes[key]
 		secretName, secretErr := s.secretName(c.KubeconfigSecretRef)
 		if sp != nil && sp.secret != secretName {
 			s.releaseSecret(sp.secret, name)
 		}
 		if sp == nil {
-			sp = s.startSpoke(name, c.Name)
-			st.spokes[c.Name] = sp
+			direct := newSpoke(name, c.Name, s.opts.ResyncPeriod, s.opts.SpokeTimeout, s.logger, changed)
+			sp = s.startWorker(direct)
+			sp.direct = direct
+			st.spokes[key] = sp
 		}
 		sp.secret = secretName
 		if secretErr == nil {
 			var kubeconfig []byte
 			kubeconfig, secretErr = s.readKubeconfig(name, secretName, c.KubeconfigSecretRef.Key)
 			if !errors.Is(secretErr, errSecretNotRead) {
-				sp.setKubeconfig(kubeconfig, secretErr)
+				sp.direct.setKubeconfig(kubeconfig, secretErr)
 			}
 		} else {
-			sp.setKubeconfig(nil, secretErr)
+			sp.direct.setKubeconfig(nil, secretErr)
 		}
 		sp.setDesired(desired)
 	}
-	for cluster, sp := range st.spokes {
-		if named[cluster] {
+	if spec.Placement != nil {
+		for _, cluster := range spec.Placement.ClusterNames {
+			key := workerKey{ocm: true, cluster: cluster}
+			named[key] = true
+			sp := st.spokes[key]
+			if sp == nil {
+				sp = s.startWorker(newOCMCluster(name, cluster, s.hub, s.opts.ResyncPeriod, s.opts.SpokeTimeout, s.logger, changed))
+				st.spokes[key] = sp
+			}
+			sp.setDesired(desired)
+		}
+	}
+	for key, sp := range st.spokes {
+		if named[key] {
 			continue
 		}
-		delete(st.spokes, cluster)
+		delete(st.spokes, key)
 		sp.stop()
 		s.releaseSecret(sp.secret, name)
 		go func() {
 			ctx, cancel := context.WithTimeout(s.ctx, s.opts.SpokeTimeout)
 			defer cancel()
 			if err := sp.cleanup(ctx); err != nil {
-				s.logger.Warn("deleting the copies in a cluster no longer synced", "policySync", name, "cluster", cluster, "error", err)
+				s.logger.Warn("deleting the copies in a cluster no longer synced", "policySync", name, "cluster", key.cluster, "error", err)
 			}
 		}()
 	}
 }
 
-func (s *Syncer) startSpoke(name, cluster string) *runningSpoke {
+// startWorker runs w in a goroutine of its own until it is stopped.
+func (s *Syncer) startWorker(w clusterWorker) *runningSpoke {
 	ctx, cancel := context.WithCancel(s.ctx)
-	sp := &runningSpoke{
-		spoke:  newSpoke(name, cluster, s.opts.ResyncPeriod, s.opts.SpokeTimeout, s.logger, func() { s.enqueue(name) }),
-		cancel: cancel,
-		done:   make(chan struct{}),
-	}
+	sp := &runningSpoke{clusterWorker: w, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(sp.done)
 		sp.run(ctx)
@@ -456,13 +494,13 @@ func (s *Syncer) finalize(ctx context.Context, ps *syncv1alpha1.PolicySync) erro
 	s.mu.Unlock()
 	if st != nil {
 		var wg sync.WaitGroup
-		for cluster, sp := range st.spokes {
+		for key, sp := range st.spokes {
 			sp.stop()
 			wg.Go(func() {
 				cctx, cancel := context.WithTimeout(ctx, s.opts.SpokeTimeout)
 				defer cancel()
 				if err := sp.cleanup(cctx); err != nil {
-					s.logger.Warn("deleting the copies of a deleted PolicySync", "policySync", ps.Name, "cluster", cluster, "error", err)
+					s.logger.Warn("deleting the copies of a deleted PolicySync", "policySync", ps.Name, "cluster", key.cluster, "error", err)
 				}
 			})
 		}
@@ -522,38 +560,39 @@ func (s *Syncer) status(ps *syncv1alpha1.PolicySync, st *syncState, buildErr err
 		status.PoliciesToSync = append(status.PoliciesToSync, g)
 	}
 
-	var unreachable, conflicting, failing, pending []string
+	var keys []workerKey
 	for _, c := range ps.Spec.Clusters {
-		sp := st.spokes[c.Name]
+		keys = append(keys, workerKey{cluster: c.Name})
+	}
+	if ps.Spec.Placement != nil {
+		for _, cluster := range ps.Spec.Placement.ClusterNames {
+			keys = append(keys, workerKey{ocm: true, cluster: cluster})
+		}
+	}
+	var unreachable, conflicting, failing, pending []string
+	for _, key := range keys {
+		sp := st.spokes[key]
 		if sp == nil {
-			pending = append(pending, c.Name)
+			pending = append(pending, key.cluster)
 			continue
 		}
 		cs, reported := sp.clusterStatus()
 		if !reported {
-			pending = append(pending, c.Name)
-			cs = syncv1alpha1.ClusterStatus{Name: c.Name}
+			pending = append(pending, key.cluster)
+			cs = syncv1alpha1.ClusterStatus{Name: key.cluster}
 		}
 		status.Clusters = append(status.Clusters, cs)
 		switch {
 		case !reported:
 		case !cs.Reachable:
-			unreachable = append(unreachable, c.Name)
+			unreachable = append(unreachable, key.cluster)
 		default:
 			if len(cs.Conflicts) > 0 {
-				conflicting = append(conflicting, c.Name)
+				conflicting = append(conflicting, key.cluster)
 			}
 			if slices.ContainsFunc(cs.Objects, func(o syncv1alpha1.ObjectStatus) bool { return !o.Synced }) {
-				failing = append(failing, c.Name)
+				failing = append(failing, key.cluster)
 			}
-		}
-	}
-	if ps.Spec.Placement != nil {
-		for _, name := range ps.Spec.Placement.ClusterNames {
-			status.Clusters = append(status.Clusters, syncv1alpha1.ClusterStatus{
-				Name: name, Message: "the Open Cluster Management transport (spec.placement) is not supported by this syncer yet",
-			})
-			unreachable = append(unreachable, name)
 		}
 	}
 

@@ -495,3 +495,126 @@ func TestPolicySync(t *testing.T) {
 		return apierrors.IsNotFound(err)
 	})
 }
+
+// TestPolicySyncOCM syncs through Open Cluster Management: a ManifestWork
+// per cluster, in the cluster's namespace on the hub. No OCM work agent
+// runs here: the test stands in for it by writing the ManifestWork's
+// status as the agent does, and the ManifestWork CRD is a stand-in too
+// (see testdata/ocm).
+func TestPolicySyncOCM(t *testing.T) {
+	scheme, err := policysync.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := policiesv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	hub := clustertest.Start(t, clustertest.WithScheme(scheme),
+		clustertest.WithCRDDirectory("../../config/crd/bases", "testdata/ocm"))
+	ctx := t.Context()
+	mustCreate(t, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: syncNamespace}})
+	mustCreate(t, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "edge-1"}})
+	mustCreate(t, hub.Client, syncedPolicy("baseline", map[string]string{"sync": "true"}, policiesv1.PolicyModeProtect))
+	startSyncer(t, hub)
+	mustCreate(t, hub.Client, &syncv1alpha1.PolicySync{
+		ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
+		Spec: syncv1alpha1.PolicySyncSpec{
+			PoliciesToSync: []syncv1alpha1.GroupVersionResource{{Group: capGVR.Group, Version: "v1", Resource: capGVR.Resource}},
+			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"sync": "true"}},
+			Placement:      &syncv1alpha1.Placement{ClusterNames: []string{"edge-1", "edge-2"}},
+			StatusFeedback: []syncv1alpha1.StatusFeedback{{Name: "policyStatus", JSONPath: ".status.policyStatus"}},
+		},
+	})
+
+	workGVK := schema.GroupVersionKind{Group: "work.open-cluster-management.io", Version: "v1", Kind: "ManifestWork"}
+	work := func() *unstructured.Unstructured {
+		w := &unstructured.Unstructured{}
+		w.SetGroupVersionKind(workGVK)
+		if err := hub.Client.Get(ctx, client.ObjectKey{Namespace: "edge-1", Name: "policysync-fleet"}, w); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			t.Fatal(err)
+		}
+		return w
+	}
+	eventually(t, "the ManifestWork is written", func() bool { return work() != nil })
+	w := work()
+	hubBaseline := object(t, hub.Client, capGVR, "", "baseline")
+	manifests, _, _ := unstructured.NestedSlice(w.Object, "spec", "workload", "manifests")
+	if len(manifests) != 1 {
+		t.Fatalf("manifests %v, want the one copy", manifests)
+	}
+	m := manifests[0].(map[string]any)
+	wantMeta := map[string]any{"name": "baseline", "labels": map[string]any{"sync": "true"},
+		"annotations": map[string]any{"team": "platform", syncv1alpha1.SyncedAnnotation: "fleet"}}
+	if m["kind"] != "ClusterAdmissionPolicy" || !reflect.DeepEqual(m["metadata"], wantMeta) || !reflect.DeepEqual(m["spec"], hubBaseline.Object["spec"]) {
+		t.Errorf("manifest %v, want the copy of %v", m, hubBaseline.Object)
+	}
+	configs, _, _ := unstructured.NestedSlice(w.Object, "spec", "manifestConfigs")
+	wantConfig := []any{map[string]any{
+		"resourceIdentifier": map[string]any{"group": capGVR.Group, "resource": capGVR.Resource, "name": "baseline", "namespace": ""},
+		"updateStrategy":     map[string]any{"type": "ServerSideApply", "serverSideApply": map[string]any{"fieldManager": "warden-policy-syncer", "force": false}},
+		"feedbackRules":      []any{map[string]any{"type": "JSONPaths", "jsonPaths": []any{map[string]any{"name": "policyStatus", "path": ".status.policyStatus"}}}},
+	}}
+	if !reflect.DeepEqual(configs, wantConfig) {
+		t.Errorf("manifestConfigs %v, want %v", configs, wantConfig)
+	}
+	eventually(t, "edge-1 waits for its agent and edge-2 has no namespace", func() bool {
+		ps := policySync(t, hub.Client, "fleet")
+		e1, e2 := clusterStatus(ps, "edge-1"), clusterStatus(ps, "edge-2")
+		return e1 != nil && e2 != nil && !e1.Reachable && !e2.Reachable &&
+			e1.Message == "the work agent of edge-1 has not reported on ManifestWork policysync-fleet yet" &&
+			e2.Message == "the hub has no namespace edge-2: is edge-2 a ManagedCluster?"
+	})
+
+	// agentReports writes the status OCM's work agent writes once it has
+	// applied the ManifestWork's current generation.
+	agentReports := func(policyStatus string) {
+		w := work()
+		status := map[string]any{
+			"conditions": []any{map[string]any{"type": "Applied", "status": "True", "reason": "AppliedManifestWorkComplete",
+				"observedGeneration": w.GetGeneration(), "lastTransitionTime": "2026-11-25T00:00:00Z", "message": "Apply manifest work complete"}},
+			"resourceStatus": map[string]any{"manifests": []any{map[string]any{
+				"resourceMeta": map[string]any{"ordinal": int64(0), "group": capGVR.Group, "version": "v1", "kind": "ClusterAdmissionPolicy",
+					"resource": capGVR.Resource, "name": "baseline", "namespace": ""},
+				"conditions": []any{map[string]any{"type": "Applied", "status": "True", "reason": "AppliedManifestComplete",
+					"lastTransitionTime": "2026-11-25T00:00:00Z", "message": "Apply manifest complete"}},
+				"statusFeedback": map[string]any{"values": []any{map[string]any{"name": "policyStatus",
+					"fieldValue": map[string]any{"type": "String", "string": policyStatus}}}},
+			}}},
+		}
+		w.Object["status"] = status
+		if err := hub.Client.Status().Update(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agentReports("active")
+	eventually(t, "edge-1's feedback is in the status", func() bool {
+		cs := clusterStatus(policySync(t, hub.Client, "fleet"), "edge-1")
+		o := objectStatusOf(cs, capGVR, "", "baseline")
+		return cs.Reachable && o != nil && o.Synced && o.HubGeneration == 1 && reflect.DeepEqual(o.Feedback, map[string]string{"policyStatus": "active"})
+	})
+
+	t.Log("an update is not synced until the agent applies the new generation")
+	baseline := get(t, hub.Client, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "baseline"}})
+	baseline.Spec.Module = "registry://example.com/updated:v2"
+	if err := hub.Client.Update(ctx, baseline); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the ManifestWork holds the update, not applied yet", func() bool {
+		o := objectStatusOf(clusterStatus(policySync(t, hub.Client, "fleet"), "edge-1"), capGVR, "", "baseline")
+		return o != nil && o.HubGeneration == 2 && !o.Synced && o.Message == "not applied by the work agent yet"
+	})
+	agentReports("pending")
+	eventually(t, "the update is synced", func() bool {
+		o := objectStatusOf(clusterStatus(policySync(t, hub.Client, "fleet"), "edge-1"), capGVR, "", "baseline")
+		return o != nil && o.HubGeneration == 2 && o.Synced && o.Feedback["policyStatus"] == "pending"
+	})
+
+	t.Log("deleting the PolicySync deletes its ManifestWork")
+	if err := hub.Client.Delete(ctx, &syncv1alpha1.PolicySync{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the ManifestWork is deleted", func() bool { return work() == nil })
+}

@@ -1,0 +1,289 @@
+package policysync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	syncv1alpha1 "github.com/wardenhq/warden/api/sync/v1alpha1"
+)
+
+// Open Cluster Management's ManifestWork (work.open-cluster-management.io/v1).
+// Its Go module is not used: the syncer writes and reads the few fields it
+// needs as unstructured objects.
+var manifestWorkGVR = schema.GroupVersionResource{Group: "work.open-cluster-management.io", Version: "v1", Resource: "manifestworks"}
+
+// manifestWorkLabel names the PolicySync a ManifestWork belongs to.
+const manifestWorkLabel = "sync.wardenhq.io/policysync"
+
+// manifestWorkName is the name of a PolicySync's ManifestWork in each
+// cluster's namespace.
+func manifestWorkName(syncName string) string { return "policysync-" + syncName }
+
+// ocmCluster keeps one ManagedCluster of one PolicySync in sync through a
+// ManifestWork in the cluster's namespace on the hub, which OCM's work
+// agent applies in the cluster; the agent's status and JSONPaths feedback
+// come back in the ManifestWork's status. It runs in a goroutine of its
+// own, like spoke.
+type ocmCluster struct {
+	syncName string
+	cluster  string
+	hub      dynamic.Interface
+	resync   time.Duration
+	timeout  time.Duration
+	logger   *slog.Logger
+	changed  func()
+
+	kick chan struct{}
+
+	mu       sync.Mutex
+	desired  *desiredState
+	status   syncv1alpha1.ClusterStatus
+	reported bool
+}
+
+func newOCMCluster(syncName, cluster string, hub dynamic.Interface, resync, timeout time.Duration, logger *slog.Logger, changed func()) *ocmCluster {
+	return &ocmCluster{
+		syncName: syncName,
+		cluster:  cluster,
+		hub:      hub,
+		resync:   resync,
+		timeout:  timeout,
+		logger:   logger.With("policySync", syncName, "managedCluster", cluster),
+		changed:  changed,
+		kick:     make(chan struct{}, 1),
+		status:   syncv1alpha1.ClusterStatus{Name: cluster},
+	}
+}
+
+func (o *ocmCluster) setDesired(d *desiredState) {
+	o.mu.Lock()
+	same := o.desired != nil && o.desired.digest == d.digest
+	o.desired = d
+	o.mu.Unlock()
+	if !same {
+		select {
+		case o.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (o *ocmCluster) clusterStatus() (syncv1alpha1.ClusterStatus, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return *o.status.DeepCopy(), o.reported
+}
+
+// run writes the ManifestWork at each change and reads its status every
+// resync period, until ctx is done.
+func (o *ocmCluster) run(ctx context.Context) {
+	timer := time.NewTimer(o.resync)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.kick:
+		case <-timer.C:
+		}
+		if err := o.pass(ctx); err != nil {
+			o.logger.Info("writing the ManifestWork", "error", err)
+		}
+		timer.Reset(o.resync)
+		o.changed()
+	}
+}
+
+// cleanup deletes the PolicySync's ManifestWork: the work agent deletes
+// the copies it applied.
+func (o *ocmCluster) cleanup(ctx context.Context) error {
+	err := o.hub.Resource(manifestWorkGVR).Namespace(o.cluster).Delete(ctx, manifestWorkName(o.syncName), metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// pass writes the ManifestWork for the desired state, when it changed, and
+// reads the cluster's status back from it.
+func (o *ocmCluster) pass(ctx context.Context) error {
+	o.mu.Lock()
+	desired := o.desired
+	o.mu.Unlock()
+	if desired == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	works := o.hub.Resource(manifestWorkGVR).Namespace(o.cluster)
+	var work *unstructured.Unstructured
+	var err error
+	if len(desired.copies) == 0 {
+		err = o.cleanup(ctx) // a ManifestWork holds one manifest at least
+	} else {
+		work, err = works.Apply(ctx, manifestWorkName(o.syncName), o.manifestWork(desired),
+			metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+	}
+	if err != nil {
+		message := fmt.Sprintf("writing the ManifestWork %s/%s on the hub: %v", o.cluster, manifestWorkName(o.syncName), err)
+		if status, ok := err.(apierrors.APIStatus); ok && apierrors.IsNotFound(err) &&
+			status.Status().Details != nil && status.Status().Details.Kind == "namespaces" {
+			message = fmt.Sprintf("the hub has no namespace %s: is %s a ManagedCluster?", o.cluster, o.cluster)
+		}
+		o.setStatus(syncv1alpha1.ClusterStatus{Name: o.cluster, Message: message})
+		return errors.New(message)
+	}
+	o.setStatus(workStatus(o.cluster, work, desired))
+	return nil
+}
+
+func (o *ocmCluster) setStatus(s syncv1alpha1.ClusterStatus) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.status, o.reported = s, true
+}
+
+// manifestWork is the ManifestWork holding the copies of desired, with a
+// JSONPaths feedback rule per statusFeedback entry for each of them.
+// Copies are applied by the agent with server-side apply without force:
+// an object made in the cluster with other values is not taken over, and
+// the agent reports the conflict in the manifest's Applied condition.
+func (o *ocmCluster) manifestWork(desired *desiredState) *unstructured.Unstructured {
+	keys := slices.SortedFunc(maps.Keys(desired.copies), compareKeys)
+	manifests := make([]any, 0, len(keys))
+	configs := make([]any, 0, len(keys))
+	var paths []any
+	for _, f := range desired.feedback {
+		paths = append(paths, map[string]any{"name": f.Name, "path": f.JSONPath})
+	}
+	for _, k := range keys {
+		manifests = append(manifests, desired.copies[k].object.Object)
+		config := map[string]any{
+			"resourceIdentifier": map[string]any{"group": k.gvr.Group, "resource": k.gvr.Resource, "name": k.name, "namespace": k.namespace},
+			"updateStrategy":     map[string]any{"type": "ServerSideApply", "serverSideApply": map[string]any{"fieldManager": fieldManager, "force": false}},
+		}
+		if len(paths) > 0 {
+			config["feedbackRules"] = []any{map[string]any{"type": "JSONPaths", "jsonPaths": paths}}
+		}
+		configs = append(configs, config)
+	}
+	w := &unstructured.Unstructured{Object: map[string]any{
+		"spec": map[string]any{
+			"workload":        map[string]any{"manifests": manifests},
+			"manifestConfigs": configs,
+		},
+	}}
+	w.SetAPIVersion(manifestWorkGVR.GroupVersion().String())
+	w.SetKind("ManifestWork")
+	w.SetNamespace(o.cluster)
+	w.SetName(manifestWorkName(o.syncName))
+	w.SetLabels(map[string]string{manifestWorkLabel: o.syncName})
+	return w
+}
+
+// workStatus reads a cluster's status from its ManifestWork: the cluster
+// is reachable once the work agent has reported on the ManifestWork, and an
+// object is synced when the agent applied it at the ManifestWork's
+// current generation.
+func workStatus(cluster string, work *unstructured.Unstructured, desired *desiredState) syncv1alpha1.ClusterStatus {
+	status := syncv1alpha1.ClusterStatus{Name: cluster}
+	if work == nil {
+		status.Reachable = true // nothing to hold: no ManifestWork
+		return status
+	}
+	conditions, _, _ := unstructured.NestedSlice(work.Object, "status", "conditions")
+	if len(conditions) == 0 {
+		status.Message = fmt.Sprintf("the work agent of %s has not reported on ManifestWork %s yet", cluster, work.GetName())
+	}
+	status.Reachable = len(conditions) > 0
+	current := false
+	for _, c := range conditions {
+		c, _ := c.(map[string]any)
+		if c["type"] == "Applied" {
+			generation, _, _ := unstructured.NestedInt64(c, "observedGeneration")
+			current = generation == work.GetGeneration()
+		}
+	}
+
+	reported := map[objectKey]map[string]any{}
+	manifests, _, _ := unstructured.NestedSlice(work.Object, "status", "resourceStatus", "manifests")
+	for _, m := range manifests {
+		m, _ := m.(map[string]any)
+		meta, _ := m["resourceMeta"].(map[string]any)
+		key := statusKey(str(meta["group"]), str(meta["resource"]), str(meta["namespace"]), str(meta["name"]))
+		reported[key] = m
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(desired.copies), compareKeys) {
+		c := desired.copies[k]
+		m := reported[statusKey(k.gvr.Group, k.gvr.Resource, k.namespace, k.name)]
+		switch applied, message := manifestApplied(m); {
+		case m == nil || !current:
+			status.Objects = append(status.Objects, objectStatus(c, false, "not applied by the work agent yet", nil))
+		case !applied:
+			status.Objects = append(status.Objects, objectStatus(c, false, message, nil))
+		default:
+			status.Objects = append(status.Objects, objectStatus(c, true, "", manifestFeedback(m)))
+		}
+	}
+	return status
+}
+
+// manifestApplied reads a manifest's Applied condition.
+func manifestApplied(m map[string]any) (bool, string) {
+	conditions, _, _ := unstructured.NestedSlice(m, "conditions")
+	for _, c := range conditions {
+		c, _ := c.(map[string]any)
+		if c["type"] == "Applied" {
+			return c["status"] == "True", str(c["message"])
+		}
+	}
+	return false, "not applied by the work agent yet"
+}
+
+// manifestFeedback reads the values of a manifest's feedback rules as
+// strings, as the direct transport reports them.
+func manifestFeedback(m map[string]any) map[string]string {
+	values, _, _ := unstructured.NestedSlice(m, "statusFeedback", "values")
+	out := map[string]string{}
+	for _, v := range values {
+		v, _ := v.(map[string]any)
+		field, _ := v["fieldValue"].(map[string]any)
+		name := str(v["name"])
+		switch field["type"] {
+		case "String":
+			out[name] = str(field["string"])
+		case "Integer":
+			if i, ok, _ := unstructured.NestedInt64(field, "integer"); ok {
+				out[name] = strconv.FormatInt(i, 10)
+			}
+		case "Boolean":
+			if b, ok, _ := unstructured.NestedBool(field, "boolean"); ok {
+				out[name] = strconv.FormatBool(b)
+			}
+		case "JsonRaw":
+			out[name] = str(field["jsonRaw"])
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
