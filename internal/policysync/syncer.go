@@ -44,6 +44,11 @@ const finalizer = "sync.wardenhq.io/cleanup"
 // later, is picked up within this time.
 const revalidateAfter = time.Minute
 
+// minStatusInterval spaces a PolicySync's status writes: with many objects
+// the status is large, and the workers report after every pass. A new
+// generation's first status is written at once.
+const minStatusInterval = 500 * time.Millisecond
+
 // informerSyncPoll is how soon a PolicySync is looked at again while the
 // hub watches of its resources fill their caches: syncing from a partial
 // cache would delete copies.
@@ -92,6 +97,8 @@ type syncState struct {
 	// hub object's resourceVersion: a reconcile makes copies of the
 	// objects that changed only.
 	copies map[types.UID]cachedCopy
+	// statusWritten is when the status was last written.
+	statusWritten time.Time
 }
 
 type cachedCopy struct {
@@ -185,6 +192,29 @@ func (s *Syncer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		}
 	}
 
+	status, wait := s.sync(ctx, &ps)
+	if wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	if status != nil {
+		ps.Status = *status
+		if err := s.client.Status().Update(ctx, &ps); err != nil {
+			if apierrors.IsConflict(err) {
+				// Changed since it was read: its event brings it back.
+				return ctrl.Result{Requeue: true}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("writing the status of PolicySync %s: %w", ps.Name, err)
+		}
+	}
+	return ctrl.Result{RequeueAfter: revalidateAfter}, nil
+}
+
+// sync brings the watches and the clusters' workers of ps up to date, and
+// returns its new status when it should be written (nil when it did not
+// change), or how long to wait before looking at ps again. It holds the
+// Syncer's lock, which the status write does not need: the hub's events
+// and the workers' reports are not held up by it.
+func (s *Syncer) sync(ctx context.Context, ps *syncv1alpha1.PolicySync) (*syncv1alpha1.PolicySyncStatus, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.syncs[ps.Name]
@@ -199,25 +229,23 @@ func (s *Syncer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 
 	synced := s.watchResources(ps.Name, st.resources)
 	if !synced {
-		return ctrl.Result{RequeueAfter: informerSyncPoll}, nil
+		return nil, informerSyncPoll
 	}
-	desired, buildErr := s.desiredState(&ps, st)
+	desired, buildErr := s.desiredState(ps, st)
 	if buildErr == nil {
 		s.runSpokes(ps.Name, st, &ps.Spec, desired)
 	}
 
-	status := s.status(&ps, st, buildErr)
-	if !equality.Semantic.DeepEqual(status, ps.Status) {
-		ps.Status = status
-		if err := s.client.Status().Update(ctx, &ps); err != nil {
-			if apierrors.IsConflict(err) {
-				// Changed since it was read: its event brings it back.
-				return ctrl.Result{Requeue: true}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("writing the status of PolicySync %s: %w", ps.Name, err)
-		}
+	status := s.status(ps, st, buildErr)
+	if equality.Semantic.DeepEqual(status, ps.Status) {
+		return nil, 0
 	}
-	return ctrl.Result{RequeueAfter: revalidateAfter}, nil
+	if wait := time.Until(st.statusWritten.Add(minStatusInterval)); wait > 0 && ps.Generation == status.ObservedGeneration &&
+		ps.Status.ObservedGeneration == ps.Generation {
+		return nil, wait
+	}
+	st.statusWritten = time.Now()
+	return &status, 0
 }
 
 // validate checks each resource of a PolicySync.
