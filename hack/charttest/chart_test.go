@@ -38,6 +38,12 @@ type wantRelease struct {
 	// policyCache is the claim the chart creates for the policy servers'
 	// shared cache, with its size and class; empty when none.
 	policyCache, policyCacheSize, policyCacheClass string
+	// auditScanner is what the audit scanner's objects must be; nil when
+	// the chart must render none of them.
+	auditScanner *wantScanner
+	// reportCRDs are the report CRDs the chart installs, by file name in
+	// config/crd/reports.
+	reportCRDs []string
 }
 
 var defaultResources = corev1.ResourceRequirements{
@@ -76,12 +82,24 @@ var renderTests = []struct {
 			createServiceAccount: true,
 			controllerImage:      "ghcr.io/wardenhq/warden-controller:0.1.0",
 			controllerReplicas:   1,
-			args:                 controllerArgs("warden-system", "warden-controller-webhook", "--always-accept-admission-reviews-on-deployments-namespace"),
-			resources:            defaultResources,
+			args: controllerArgs("warden-system", "warden-controller-webhook", "--always-accept-admission-reviews-on-deployments-namespace",
+				"--audit-scanner-client-cert-secret-name=kubewarden-audit-scanner-client-cert"),
+			resources: defaultResources,
 			policyServer: map[string]any{
 				"image":    "ghcr.io/wardenhq/warden-policy-server:0.1.0",
 				"replicas": int64(1),
 			},
+			auditScanner: &wantScanner{
+				name:                 "warden-audit-scanner",
+				serviceAccount:       "warden-audit-scanner",
+				createServiceAccount: true,
+				image:                "ghcr.io/wardenhq/warden-audit-scanner:0.1.0",
+				schedule:             "*/60 * * * *",
+				clientCertSecret:     "kubewarden-audit-scanner-client-cert",
+				args:                 scannerArgs("warden-system", "openreports"),
+				bindView:             true,
+			},
+			reportCRDs: allReportCRDs,
 		},
 	},
 	{
@@ -125,13 +143,38 @@ policyServer:
     create: true
     size: 5Gi
     storageClassName: nfs
+reportCRDs:
+  openReports: false
+auditScanner:
+  image:
+    repository: registry.example.com/warden/audit-scanner
+    tag: v9.9.9
+  cronJob:
+    schedule: "30 2 * * *"
+  reportKind: policyreport
+  logLevel: debug
+  parallelNamespaces: 4
+  outputScan: true
+  ignoreNamespaces: [kube-system, monitoring]
+  extraArgs: ["--metrics-file=/tmp/audit.prom"]
+  clientCertSecretName: scanner-cert
+  serviceAccount:
+    create: false
+    name: existing-scanner
+  rbac:
+    bindViewClusterRole: false
+    extraRules:
+      - apiGroups: [""]
+        resources: [pods, secrets]
+        verbs: [get, list, watch]
 `,
 		want: wantRelease{
 			prefix:             "prod-warden",
 			serviceAccount:     "existing-sa",
 			controllerImage:    "registry.example.com/warden/controller:v9.9.9",
 			controllerReplicas: 2,
-			args:               controllerArgs("admission", "prod-warden-controller-webhook", "--enable-metrics", "--enable-tracing"),
+			args: controllerArgs("admission", "prod-warden-controller-webhook", "--audit-scanner-client-cert-secret-name=scanner-cert",
+				"--enable-metrics", "--enable-tracing"),
 			resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
 				corev1.ResourceCPU:    resource.MustParse("50m"),
 				corev1.ResourceMemory: resource.MustParse("64Mi"),
@@ -146,10 +189,21 @@ policyServer:
 				"policyCache":     map[string]any{"claimName": "prod-warden-policy-cache"},
 			},
 			policyCache: "prod-warden-policy-cache", policyCacheSize: "5Gi", policyCacheClass: "nfs",
+			auditScanner: &wantScanner{
+				name:             "prod-warden-audit-scanner",
+				serviceAccount:   "existing-scanner",
+				image:            "registry.example.com/warden/audit-scanner:v9.9.9",
+				schedule:         "30 2 * * *",
+				clientCertSecret: "scanner-cert",
+				args: append(scannerArgs("admission", "policyreport", "--loglevel=debug", "--parallel-namespaces=4"),
+					"--output-scan", "--ignore-namespaces=kube-system", "--ignore-namespaces=monitoring", "--metrics-file=/tmp/audit.prom"),
+				extraRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "secrets"}, Verbs: []string{"get", "list", "watch"}}},
+			},
+			reportCRDs: []string{"wgpolicyk8s.io_clusterpolicyreports.yaml", "wgpolicyk8s.io_policyreports.yaml"},
 		},
 	},
 	{
-		name: "fullnameOverride without policy server",
+		name: "fullnameOverride without policy server, audit scanner or report CRDs",
 		rel:  release{"warden", "kube-admission"},
 		vals: `
 fullnameOverride: wd
@@ -158,6 +212,11 @@ controller:
   podLabels: null
 policyServer:
   enabled: false
+auditScanner:
+  enabled: false
+reportCRDs:
+  openReports: false
+  policyReports: false
 `,
 		want: wantRelease{
 			prefix:               "wd",
@@ -165,8 +224,9 @@ policyServer:
 			createServiceAccount: true,
 			controllerImage:      "ghcr.io/wardenhq/warden-controller:0.1.0",
 			controllerReplicas:   1,
-			args:                 controllerArgs("kube-admission", "wd-controller-webhook", "--always-accept-admission-reviews-on-deployments-namespace"),
-			resources:            defaultResources,
+			args: controllerArgs("kube-admission", "wd-controller-webhook", "--always-accept-admission-reviews-on-deployments-namespace",
+				"--audit-scanner-client-cert-secret-name="),
+			resources: defaultResources,
 		},
 	},
 }
@@ -193,13 +253,33 @@ func TestRender(t *testing.T) {
 			// resources come after every built-in kind, so the default
 			// PolicyServer is created last. Nothing is a hook.
 			var wantKinds []string
+			s := w.auditScanner
 			if w.createServiceAccount {
+				wantKinds = append(wantKinds, "ServiceAccount")
+			}
+			if s != nil && s.createServiceAccount {
 				wantKinds = append(wantKinds, "ServiceAccount")
 			}
 			if w.policyCache != "" {
 				wantKinds = append(wantKinds, "PersistentVolumeClaim")
 			}
-			wantKinds = append(wantKinds, "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment")
+			for range w.reportCRDs {
+				wantKinds = append(wantKinds, "CustomResourceDefinition")
+			}
+			switch {
+			case s == nil:
+				wantKinds = append(wantKinds, "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+			case s.bindView:
+				wantKinds = append(wantKinds, "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding",
+					"Role", "Role", "RoleBinding", "RoleBinding")
+			default:
+				wantKinds = append(wantKinds, "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding",
+					"Role", "Role", "RoleBinding", "RoleBinding")
+			}
+			wantKinds = append(wantKinds, "Service", "Deployment")
+			if s != nil {
+				wantKinds = append(wantKinds, "CronJob")
+			}
 			if w.policyServer != nil {
 				wantKinds = append(wantKinds, policyServerKind)
 			}
@@ -226,12 +306,11 @@ func TestRender(t *testing.T) {
 			checkWebhookService(t, svc, deploy)
 
 			if w.createServiceAccount {
-				sa := typedObject[*corev1.ServiceAccount](t, r, "ServiceAccount")
-				if sa.Name != w.serviceAccount {
-					t.Errorf("ServiceAccount name = %q, want %q", sa.Name, w.serviceAccount)
-				}
+				named[*corev1.ServiceAccount](t, r, "ServiceAccount", w.serviceAccount)
 			}
 			checkRBAC(t, r, tc.rel, controller, w.serviceAccount)
+			checkAuditScanner(t, r, tc.rel, deploy, s)
+			checkReportCRDs(t, r, w.reportCRDs)
 
 			if w.policyServer != nil {
 				checkPolicyServer(t, r.find(t, policyServerKind), w.policyServer)
@@ -240,6 +319,13 @@ func TestRender(t *testing.T) {
 				checkPolicyCache(t, typedObject[*corev1.PersistentVolumeClaim](t, r, "PersistentVolumeClaim"), w)
 			}
 			checkNotes(t, r.notes, tc.rel, controller, w.policyServer != nil)
+			runNow := "create job --from=cronjob/"
+			if s != nil {
+				runNow += s.name
+			}
+			if got := strings.Contains(r.notes, runNow); got != (s != nil) {
+				t.Errorf("NOTES.txt shows %q: %v, want %v", runNow, got, s != nil)
+			}
 		})
 	}
 }
@@ -416,16 +502,13 @@ func checkWebhookService(t *testing.T, svc *corev1.Service, d *appsv1.Deployment
 // checkRBAC checks that the ClusterRole has exactly the generated rules and
 // is bound to the controller's ServiceAccount.
 func checkRBAC(t *testing.T, r *rendered, rel release, name, serviceAccount string) {
-	role := typedObject[*rbacv1.ClusterRole](t, r, "ClusterRole")
-	if role.Name != name {
-		t.Errorf("ClusterRole name = %q, want %q", role.Name, name)
-	}
+	role := named[*rbacv1.ClusterRole](t, r, "ClusterRole", name)
 	if want := generatedRules(t); !equality.Semantic.DeepEqual(role.Rules, want) {
 		gotYAML, _ := yaml.Marshal(role.Rules)
 		wantYAML, _ := yaml.Marshal(want)
 		t.Errorf("ClusterRole rules differ from %s; run hack/sync-chart-crds.sh\ngot:\n%s\nwant:\n%s", generatedRole, gotYAML, wantYAML)
 	}
-	binding := typedObject[*rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding")
+	binding := named[*rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", name)
 	wantRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name}
 	if binding.RoleRef != wantRef {
 		t.Errorf("roleRef = %+v, want %+v", binding.RoleRef, wantRef)
@@ -539,6 +622,10 @@ func TestValuesSchemaRejectsTypos(t *testing.T) {
 		"policyServer: {enable: false}",
 		"policyServer: {image: {repository: \"\"}}",
 		"contoller: {}",
+		"auditScanner: {reportKind: openreportz}",
+		"auditScanner: {enable: false}",
+		"auditScanner: {pageSize: 0}",
+		"reportCRDs: {openreports: false}",
 	} {
 		t.Run(vals, func(t *testing.T) {
 			ch := loadChart(t)
@@ -550,23 +637,29 @@ func TestValuesSchemaRejectsTypos(t *testing.T) {
 }
 
 // TestServiceAccountNameRequired checks that the chart refuses to run the
-// controller as an unnamed ServiceAccount it does not create.
+// controller or the audit scanner as an unnamed ServiceAccount it does not
+// create.
 func TestServiceAccountNameRequired(t *testing.T) {
-	ch := loadChart(t)
-	top, err := renderValues(ch, release{"warden", "warden-system"}, values(t, "controller: {serviceAccount: {create: false}}"))
-	if err != nil {
-		t.Fatalf("values: %v", err)
-	}
-	if _, err := renderFiles(ch, top); err == nil || !strings.Contains(err.Error(), "controller.serviceAccount.name is required") {
-		t.Errorf("rendering error = %v, want controller.serviceAccount.name is required", err)
+	for _, component := range []string{"controller", "auditScanner"} {
+		t.Run(component, func(t *testing.T) {
+			ch := loadChart(t)
+			top, err := renderValues(ch, release{"warden", "warden-system"}, values(t, component+": {serviceAccount: {create: false}}"))
+			if err != nil {
+				t.Fatalf("values: %v", err)
+			}
+			want := component + ".serviceAccount.name is required"
+			if _, err := renderFiles(ch, top); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("rendering error = %v, want %s", err, want)
+			}
+		})
 	}
 }
 
 // TestChartFilesMatchGenerated checks that crds/ holds exactly the CRDs of
-// config/crd/bases, byte for byte, and files/controller-role.yaml is
-// config/rbac/role.yaml.
+// config/crd/bases and files/report-crds/ those of config/crd/reports, byte
+// for byte, and files/controller-role.yaml is config/rbac/role.yaml.
 func TestChartFilesMatchGenerated(t *testing.T) {
-	const fix = "run hack/sync-chart-crds.sh after make generate"
+	const fix = "run hack/sync-chart-crds.sh after make generate or hack/report-crds.sh"
 	names := func(dir string) []string {
 		entries, err := os.ReadDir(dir)
 		if err != nil {
@@ -578,16 +671,18 @@ func TestChartFilesMatchGenerated(t *testing.T) {
 		}
 		return out
 	}
-	generated, chart := names(generatedCRDDir), names(chartCRDDir)
-	if len(generated) == 0 {
-		t.Fatalf("no CRDs in %s", generatedCRDDir)
-	}
-	if !slices.Equal(chart, generated) {
-		t.Errorf("%s holds %v, %s holds %v: %s", chartCRDDir, chart, generatedCRDDir, generated, fix)
-	}
 	pairs := [][2]string{{generatedRole, chartRoleCopy}}
-	for _, name := range generated {
-		pairs = append(pairs, [2]string{filepath.Join(generatedCRDDir, name), filepath.Join(chartCRDDir, name)})
+	for _, dirs := range [][2]string{{generatedCRDDir, chartCRDDir}, {reportCRDDir, chartReportCRDs}} {
+		generated, chart := names(dirs[0]), names(dirs[1])
+		if len(generated) == 0 {
+			t.Fatalf("no CRDs in %s", dirs[0])
+		}
+		if !slices.Equal(chart, generated) {
+			t.Errorf("%s holds %v, %s holds %v: %s", dirs[1], chart, dirs[0], generated, fix)
+		}
+		for _, name := range generated {
+			pairs = append(pairs, [2]string{filepath.Join(dirs[0], name), filepath.Join(dirs[1], name)})
+		}
 	}
 	for _, p := range pairs {
 		want, err := os.ReadFile(p[0])

@@ -12,8 +12,10 @@ import (
 	"helm.sh/helm/v4/pkg/engine"
 	releaseutil "helm.sh/helm/v4/pkg/release/v1/util"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -25,8 +27,10 @@ var (
 	repoRoot         = filepath.Join("..", "..")
 	chartDir         = filepath.Join(repoRoot, "charts", "warden")
 	generatedCRDDir  = filepath.Join(repoRoot, "config", "crd", "bases")
+	reportCRDDir     = filepath.Join(repoRoot, "config", "crd", "reports")
 	generatedRole    = filepath.Join(repoRoot, "config", "rbac", "role.yaml")
 	chartCRDDir      = filepath.Join(chartDir, "crds")
+	chartReportCRDs  = filepath.Join(chartDir, "files", "report-crds")
 	chartRoleCopy    = filepath.Join(chartDir, "files", "controller-role.yaml")
 	policyServerKind = "PolicyServer"
 )
@@ -35,7 +39,8 @@ var (
 // test failure until the test learns it.
 var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme,
+		rbacv1.AddToScheme, apiextensionsv1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(err)
 		}
@@ -161,6 +166,37 @@ func (r *rendered) find(t *testing.T, kind string) renderedObject {
 	return found[0]
 }
 
+// named returns the object of kind named name, decoded into T; it fails
+// unless there is exactly one.
+func named[T runtime.Object](t *testing.T, r *rendered, kind, name string) T {
+	t.Helper()
+	var found []renderedObject
+	for _, o := range r.objects {
+		if o.kind == kind && o.meta.GetName() == name {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("rendered %d %s objects named %q, want 1", len(found), kind, name)
+	}
+	obj, ok := found[0].typed.(T)
+	if !ok {
+		t.Fatalf("%s %q decoded as %T", kind, name, found[0].typed)
+	}
+	return obj
+}
+
+// count returns the number of rendered objects of kind.
+func (r *rendered) count(kind string) int {
+	n := 0
+	for _, o := range r.objects {
+		if o.kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
 // kinds lists the rendered kinds in install order.
 func (r *rendered) kinds() []string {
 	var kinds []string
@@ -183,13 +219,15 @@ func typedObject[T runtime.Object](t *testing.T, r *rendered, kind string) T {
 
 // namespaced tells whether a kind the chart renders is namespaced.
 var namespaced = map[string]bool{
-	"ServiceAccount":        true,
-	"PersistentVolumeClaim": true,
-	"Service":               true,
-	"Deployment":            true,
-	"Role":                  true,
-	"RoleBinding":           true,
-	"ClusterRole":           false,
-	"ClusterRoleBinding":    false,
-	policyServerKind:        false,
+	"ServiceAccount":           true,
+	"PersistentVolumeClaim":    true,
+	"Service":                  true,
+	"Deployment":               true,
+	"CronJob":                  true,
+	"Role":                     true,
+	"RoleBinding":              true,
+	"ClusterRole":              false,
+	"ClusterRoleBinding":       false,
+	"CustomResourceDefinition": false,
+	policyServerKind:           false,
 }

@@ -405,6 +405,7 @@ func TestImageNames(t *testing.T) {
 	var values struct {
 		Controller   struct{ Image struct{ Repository string } } `json:"controller"`
 		PolicyServer struct{ Image struct{ Repository string } } `json:"policyServer"`
+		AuditScanner struct{ Image struct{ Repository string } } `json:"auditScanner"`
 	}
 	raw, err := os.ReadFile("../../charts/warden/values.yaml")
 	if err != nil {
@@ -425,6 +426,7 @@ func TestImageNames(t *testing.T) {
 	for _, tc := range []struct{ binary, chart string }{
 		{"controller", values.Controller.Image.Repository},
 		{"policy-server", values.PolicyServer.Image.Repository},
+		{"audit-scanner", values.AuditScanner.Image.Repository},
 		{"wardenctl", "ghcr.io/wardenhq/wardenctl"},
 	} {
 		if got := repo + "/" + imageName(tc.binary); got != tc.chart {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -233,6 +235,16 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 	}
 	if err := psr.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the PolicyServer reconciler: %w", err)
+	}
+	if name := opts.AuditScannerClientCertSecretName; name != "" {
+		acr := &AuditClientCertReconciler{
+			Client:    mgr.GetClient(),
+			Namespace: opts.DeploymentsNamespace,
+			Secret:    types.NamespacedName{Namespace: cmp.Or(opts.AuditScannerClientCertSecretNamespace, opts.DeploymentsNamespace), Name: name},
+		}
+		if err := acr.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the audit scanner's client certificate: %w", err)
+		}
 	}
 	for _, kind := range policyKinds {
 		pr := &PolicyReconciler{

@@ -12,6 +12,12 @@ const (
 	oldCACertKey = "old-ca.crt"
 	caCommonName = "kubewarden-controller-ca"
 
+	// auditClientCertSecret is the default Secret of the audit scanner's
+	// client certificate (tls.crt, tls.key and ca.crt), as Kubewarden's
+	// chart names it; auditClientCommonName is the certificate's subject.
+	auditClientCertSecret = "kubewarden-audit-scanner-client-cert"
+	auditClientCommonName = "audit-scanner-client"
+
 	// certFormatAnnotation marks the serving-certificate Secrets.
 	certFormatAnnotation = "kubewarden.io/cert-format-version"
 	certFormatVersion    = "1"

@@ -68,6 +68,12 @@ type Options struct {
 	ImagePullSecrets []string
 	// HostNetwork runs the policy servers in the node's network.
 	HostNetwork bool
+	// AuditScannerClientCertSecretName is the Secret the controller keeps
+	// the audit scanner's client certificate in, issued by Warden's CA; empty
+	// turns it off. AuditScannerClientCertSecretNamespace is its namespace,
+	// DeploymentsNamespace when empty.
+	AuditScannerClientCertSecretName      string
+	AuditScannerClientCertSecretNamespace string
 	// RevisionHistoryLimit is how many disabled PolicyRevisions of each
 	// policy are kept for rollback.
 	RevisionHistoryLimit int
@@ -76,12 +82,13 @@ type Options struct {
 // DefaultOptions returns the defaults of the flags.
 func DefaultOptions() Options {
 	return Options{
-		MetricsBindAddress:      ":8088",
-		HealthProbeBindAddress:  ":8081",
-		PolicyServerMetricsPort: 8080,
-		WebhookServiceName:      "kubewarden-controller-webhook-service",
-		WebhookServerPort:       9443,
-		RevisionHistoryLimit:    10,
+		MetricsBindAddress:               ":8088",
+		HealthProbeBindAddress:           ":8081",
+		PolicyServerMetricsPort:          8080,
+		WebhookServiceName:               "kubewarden-controller-webhook-service",
+		WebhookServerPort:                9443,
+		RevisionHistoryLimit:             10,
+		AuditScannerClientCertSecretName: auditClientCertSecret,
 	}
 }
 
@@ -116,6 +123,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Run the policy servers in the node's network (only when the API server cannot reach pod IPs; it exposes the webhooks on the node)")
 	fs.StringVar(&o.PolicyServerURL, "dev-policy-server-url", o.PolicyServerURL,
 		"Development only: webhooks call this https URL (plus /validate/<policy>/<generation>) instead of the policy server Service")
+	fs.StringVar(&o.AuditScannerClientCertSecretName, "audit-scanner-client-cert-secret-name", o.AuditScannerClientCertSecretName,
+		"Secret the audit scanner's client certificate (tls.crt, tls.key) and Warden's CA bundle (ca.crt) are kept in; empty: none is issued")
+	fs.StringVar(&o.AuditScannerClientCertSecretNamespace, "audit-scanner-client-cert-secret-namespace", o.AuditScannerClientCertSecretNamespace,
+		"Namespace of --audit-scanner-client-cert-secret-name; default: the deployments namespace")
 	fs.IntVar(&o.RevisionHistoryLimit, "revision-history-limit", o.RevisionHistoryLimit,
 		"Disabled PolicyRevisions kept per policy, for rollback (kubewarden.io/rollback-to-generation)")
 }
@@ -142,6 +153,9 @@ func (o *Options) Validate() error {
 	}
 	if o.WebhookServiceName == "" && o.WebhookURL == "" {
 		errs = append(errs, errors.New("--webhook-service-name is required"))
+	}
+	if o.AuditScannerClientCertSecretName == "" && o.AuditScannerClientCertSecretNamespace != "" {
+		errs = append(errs, errors.New("--audit-scanner-client-cert-secret-namespace needs --audit-scanner-client-cert-secret-name"))
 	}
 	if o.RevisionHistoryLimit < 0 {
 		errs = append(errs, fmt.Errorf("--revision-history-limit %d is negative", o.RevisionHistoryLimit))

@@ -16,7 +16,9 @@ func TestOptions(t *testing.T) {
 	}{
 		{"the chart's flags", []string{"--leader-elect", "--deployments-namespace=warden", "--webhook-service-name=svc",
 			"--metrics-bind-address=:8088", "--health-probe-bind-address=:8081", "--webhook-server-port=9443",
-			"--always-accept-admission-reviews-on-deployments-namespace", "--enable-metrics"}, ""},
+			"--always-accept-admission-reviews-on-deployments-namespace", "--audit-scanner-client-cert-secret-name=kubewarden-audit-scanner-client-cert",
+			"--enable-metrics"}, ""},
+		{"the chart's flags without the audit scanner", []string{"--deployments-namespace=warden", "--audit-scanner-client-cert-secret-name="}, ""},
 		{"no namespace", nil, "--deployments-namespace is required"},
 		{"plain http dev URL", []string{"--deployments-namespace=w", "--dev-policy-server-url=http://127.0.0.1:1"}, "want an https URL"},
 		{"plain http webhook URL", []string{"--deployments-namespace=w", "--dev-webhook-url=http://127.0.0.1:1"}, "--dev-webhook-url"},
@@ -25,6 +27,10 @@ func TestOptions(t *testing.T) {
 		{"host network with a sidecar", []string{"--deployments-namespace=w", "--host-network", "--enable-otel-sidecar"}, "mutually exclusive"},
 		{"Kubewarden's pod flags", []string{"--deployments-namespace=w", "--enable-tracing", "--host-network", "--client-ca-configmap-name=ca",
 			"--image-pull-secrets=a,b", "--opentelemetry-certificate-secret=c", "--opentelemetry-client-certificate-secret=d"}, ""},
+		{"audit client certificate elsewhere", []string{"--deployments-namespace=w", "--audit-scanner-client-cert-secret-name=c",
+			"--audit-scanner-client-cert-secret-namespace=scanner"}, ""},
+		{"audit client certificate namespace without a name", []string{"--deployments-namespace=w", "--audit-scanner-client-cert-secret-name=",
+			"--audit-scanner-client-cert-secret-namespace=scanner"}, "needs --audit-scanner-client-cert-secret-name"},
 		{"bad metrics port", []string{"--deployments-namespace=w", "--policy-server-metrics-port=0"}, "is not a port"},
 	}
 	for _, tc := range tests {

@@ -90,3 +90,26 @@ The claim of the policy servers' shared cache, empty when there is none.
 {{- printf "%s-policy-cache" (include "warden.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The audit scanner's CronJob, ClusterRoles and their bindings. */}}
+{{- define "warden.auditScanner.fullname" -}}
+{{- printf "%s-audit-scanner" (include "warden.fullname" .) | trunc 52 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "warden.auditScanner.serviceAccountName" -}}
+{{- if .Values.auditScanner.serviceAccount.create }}
+{{- default (include "warden.auditScanner.fullname" .) .Values.auditScanner.serviceAccount.name }}
+{{- else }}
+{{- required "auditScanner.serviceAccount.name is required when auditScanner.serviceAccount.create is false" .Values.auditScanner.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "warden.auditScanner.image" -}}
+{{- printf "%s:%s" .Values.auditScanner.image.repository (.Values.auditScanner.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* Labels that mark the audit scanner's objects and pods. */}}
+{{- define "warden.auditScanner.labels" -}}
+{{- $labels := include "warden.labels" . | fromYaml }}
+{{- toYaml (merge (dict "app.kubernetes.io/component" "audit-scanner") $labels) }}
+{{- end }}
