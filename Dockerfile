@@ -5,6 +5,7 @@
 #   docker build --target controller    -t ghcr.io/wardenhq/warden-controller:dev .
 #   docker build --target policy-server -t ghcr.io/wardenhq/warden-policy-server:dev .
 #   docker build --target audit-scanner -t ghcr.io/wardenhq/warden-audit-scanner:dev .
+#   docker build --target policy-syncer -t ghcr.io/wardenhq/warden-policy-syncer:dev .
 #   docker build --target wardenctl     -t ghcr.io/wardenhq/wardenctl:dev .
 #
 # For a release add --build-arg VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD),
@@ -55,6 +56,11 @@ FROM base AS audit-scanner
 LABEL org.opencontainers.image.title="warden-audit-scanner"
 COPY --from=build /out/audit-scanner /audit-scanner
 ENTRYPOINT ["/audit-scanner"]
+
+FROM base AS policy-syncer
+LABEL org.opencontainers.image.title="warden-policy-syncer"
+COPY --from=build /out/policy-syncer /policy-syncer
+ENTRYPOINT ["/policy-syncer"]
 
 # The last stage is what docker build builds without --target.
 FROM base AS policy-server

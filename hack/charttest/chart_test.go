@@ -626,6 +626,9 @@ func TestValuesSchemaRejectsTypos(t *testing.T) {
 		"auditScanner: {enable: false}",
 		"auditScanner: {pageSize: 0}",
 		"reportCRDs: {openreports: false}",
+		"policySyncer: {resyncPeriod: ten}",
+		"policySyncer: {policiesToSync: [{group: x}]}",
+		"policySyncer: {kubeconfigSecret: [a]}",
 	} {
 		t.Run(vals, func(t *testing.T) {
 			ch := loadChart(t)
@@ -637,13 +640,13 @@ func TestValuesSchemaRejectsTypos(t *testing.T) {
 }
 
 // TestServiceAccountNameRequired checks that the chart refuses to run the
-// controller or the audit scanner as an unnamed ServiceAccount it does not
-// create.
+// controller, the audit scanner or the policy syncer as an unnamed
+// ServiceAccount it does not create.
 func TestServiceAccountNameRequired(t *testing.T) {
-	for _, component := range []string{"controller", "auditScanner"} {
+	for component, enable := range map[string]string{"controller": "", "auditScanner": "", "policySyncer": "enabled: true, "} {
 		t.Run(component, func(t *testing.T) {
 			ch := loadChart(t)
-			top, err := renderValues(ch, release{"warden", "warden-system"}, values(t, component+": {serviceAccount: {create: false}}"))
+			top, err := renderValues(ch, release{"warden", "warden-system"}, values(t, component+": {"+enable+"serviceAccount: {create: false}}"))
 			if err != nil {
 				t.Fatalf("values: %v", err)
 			}

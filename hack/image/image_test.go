@@ -406,6 +406,7 @@ func TestImageNames(t *testing.T) {
 		Controller   struct{ Image struct{ Repository string } } `json:"controller"`
 		PolicyServer struct{ Image struct{ Repository string } } `json:"policyServer"`
 		AuditScanner struct{ Image struct{ Repository string } } `json:"auditScanner"`
+		PolicySyncer struct{ Image struct{ Repository string } } `json:"policySyncer"`
 	}
 	raw, err := os.ReadFile("../../charts/warden/values.yaml")
 	if err != nil {
@@ -427,6 +428,7 @@ func TestImageNames(t *testing.T) {
 		{"controller", values.Controller.Image.Repository},
 		{"policy-server", values.PolicyServer.Image.Repository},
 		{"audit-scanner", values.AuditScanner.Image.Repository},
+		{"policy-syncer", values.PolicySyncer.Image.Repository},
 		{"wardenctl", "ghcr.io/wardenhq/wardenctl"},
 	} {
 		if got := repo + "/" + imageName(tc.binary); got != tc.chart {

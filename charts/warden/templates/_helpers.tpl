@@ -113,3 +113,32 @@ The claim of the policy servers' shared cache, empty when there is none.
 {{- $labels := include "warden.labels" . | fromYaml }}
 {{- toYaml (merge (dict "app.kubernetes.io/component" "audit-scanner") $labels) }}
 {{- end }}
+
+{{/* The policy syncer's Deployment, ServiceAccount and roles. */}}
+{{- define "warden.policySyncer.fullname" -}}
+{{- printf "%s-policy-syncer" (include "warden.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "warden.policySyncer.serviceAccountName" -}}
+{{- if .Values.policySyncer.serviceAccount.create }}
+{{- default (include "warden.policySyncer.fullname" .) .Values.policySyncer.serviceAccount.name }}
+{{- else }}
+{{- required "policySyncer.serviceAccount.name is required when policySyncer.serviceAccount.create is false" .Values.policySyncer.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "warden.policySyncer.image" -}}
+{{- printf "%s:%s" .Values.policySyncer.image.repository (.Values.policySyncer.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/* Labels that mark the policy syncer's objects and pods. */}}
+{{- define "warden.policySyncer.labels" -}}
+{{- $labels := include "warden.labels" . | fromYaml }}
+{{- toYaml (merge (dict "app.kubernetes.io/component" "policy-syncer") $labels) }}
+{{- end }}
+
+{{- define "warden.policySyncer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "warden.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: policy-syncer
+{{- end }}
