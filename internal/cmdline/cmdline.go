@@ -1,8 +1,10 @@
 // Package cmdline parses the flags of Warden's daemons (policy-server,
-// controller, audit-scanner) the way their users expect of a Unix command: --help prints
-// the usage on stdout and exits 0; an unknown flag or a bad value prints the
-// parser's error and the usage on stderr and exits 2. wardenctl has cobra,
-// which does the same. It imports nothing of Warden's.
+// controller, audit-scanner, policy-syncer) the way their users expect of a
+// Unix command: --help prints the usage on stdout and exits 0; an unknown
+// flag or a bad value prints the parser's error and the usage on stderr and
+// exits 2. wardenctl has cobra, which does the same. RESTConfig loads what
+// a --kubeconfig flag names, as kubectl does. It imports nothing of
+// Warden's.
 package cmdline
 
 import (

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/wardenhq/warden/internal/buildinfo"
 	"github.com/wardenhq/warden/internal/cmdline"
@@ -33,7 +31,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdline.ExitUsage
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	cfg, err := restConfig(opts.Kubeconfig)
+	cfg, err := cmdline.RESTConfig(opts.Kubeconfig)
 	if err != nil {
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return 1
@@ -48,14 +46,4 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading the hub's Kubernetes client configuration: %w", err)
-	}
-	return cfg, nil
 }
