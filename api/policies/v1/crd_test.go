@@ -82,7 +82,10 @@ func TestCRDFilesAreTheExpectedOnes(t *testing.T) {
 	}
 	var got, want []string
 	for _, e := range entries {
-		got = append(got, e.Name())
+		// The directory also holds the CRDs of Warden's other API groups.
+		if strings.HasPrefix(e.Name(), "policies.kubewarden.io_") {
+			got = append(got, e.Name())
+		}
 	}
 	for _, w := range wantCRDs {
 		want = append(want, filepath.Base(crdFile(w.plural)))
