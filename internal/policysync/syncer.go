@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,11 +42,6 @@ const finalizer = "sync.wardenhq.io/cleanup"
 // installed on the hub after the PolicySync, or a permission granted
 // later, is picked up within this time.
 const revalidateAfter = time.Minute
-
-// minStatusInterval spaces a PolicySync's status writes: with many objects
-// the status is large, and the workers report after every pass. A new
-// generation's first status is written at once.
-const minStatusInterval = 500 * time.Millisecond
 
 // informerSyncPoll is how soon a PolicySync is looked at again while the
 // hub watches of its resources fill their caches: syncing from a partial
@@ -97,8 +91,9 @@ type syncState struct {
 	// hub object's resourceVersion: a reconcile makes copies of the
 	// objects that changed only.
 	copies map[types.UID]cachedCopy
-	// statusWritten is when the status was last written.
-	statusWritten time.Time
+	// status writes the status, and stop stops its goroutine.
+	status     *statusWriter
+	stopStatus context.CancelFunc
 }
 
 type cachedCopy struct {
@@ -192,34 +187,21 @@ func (s *Syncer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		}
 	}
 
-	status, wait := s.sync(ctx, &ps)
-	if wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
-	}
-	if status != nil {
-		ps.Status = *status
-		if err := s.client.Status().Update(ctx, &ps); err != nil {
-			if apierrors.IsConflict(err) {
-				// Changed since it was read: its event brings it back.
-				return ctrl.Result{Requeue: true}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("writing the status of PolicySync %s: %w", ps.Name, err)
-		}
-	}
-	return ctrl.Result{RequeueAfter: revalidateAfter}, nil
+	return ctrl.Result{RequeueAfter: s.sync(ctx, &ps)}, nil
 }
 
 // sync brings the watches and the clusters' workers of ps up to date, and
-// returns its new status when it should be written (nil when it did not
-// change), or how long to wait before looking at ps again. It holds the
-// Syncer's lock, which the status write does not need: the hub's events
-// and the workers' reports are not held up by it.
-func (s *Syncer) sync(ctx context.Context, ps *syncv1alpha1.PolicySync) (*syncv1alpha1.PolicySyncStatus, time.Duration) {
+// hands its status to its status writer. It returns when to look at ps
+// again.
+func (s *Syncer) sync(ctx context.Context, ps *syncv1alpha1.PolicySync) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.syncs[ps.Name]
 	if st == nil {
-		st = &syncState{spokes: map[workerKey]*runningSpoke{}}
+		st = &syncState{spokes: map[workerKey]*runningSpoke{}, status: newStatusWriter(s.client, ps.Name, s.logger)}
+		var statusCtx context.Context
+		statusCtx, st.stopStatus = context.WithCancel(s.ctx)
+		go st.status.run(statusCtx)
 		s.syncs[ps.Name] = st
 	}
 	if st.generation != ps.Generation || time.Since(st.validatedAt) > revalidateAfter {
@@ -229,23 +211,15 @@ func (s *Syncer) sync(ctx context.Context, ps *syncv1alpha1.PolicySync) (*syncv1
 
 	synced := s.watchResources(ps.Name, st.resources)
 	if !synced {
-		return nil, informerSyncPoll
+		return informerSyncPoll
 	}
 	desired, buildErr := s.desiredState(ps, st)
 	if buildErr == nil {
 		s.runSpokes(ps.Name, st, &ps.Spec, desired)
 	}
 
-	status := s.status(ps, st, buildErr)
-	if equality.Semantic.DeepEqual(status, ps.Status) {
-		return nil, 0
-	}
-	if wait := time.Until(st.statusWritten.Add(minStatusInterval)); wait > 0 && ps.Generation == status.ObservedGeneration &&
-		ps.Status.ObservedGeneration == ps.Generation {
-		return nil, wait
-	}
-	st.statusWritten = time.Now()
-	return &status, 0
+	st.status.set(s.status(ps, st, buildErr))
+	return revalidateAfter
 }
 
 // validate checks each resource of a PolicySync.
@@ -557,7 +531,10 @@ func (s *Syncer) forget(name string) {
 	s.releaseAll(name, st)
 }
 
+// releaseAll stops the status writer of the PolicySync name and releases
+// its watches.
 func (s *Syncer) releaseAll(name string, st *syncState) {
+	st.stopStatus()
 	for _, sp := range st.spokes {
 		s.releaseSecret(sp.secret, name)
 	}
