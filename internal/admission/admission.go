@@ -3,7 +3,10 @@
 //
 // The request is kept as raw bytes and handed to policies verbatim
 // (docs/compatibility.md#validation-requests-and-responses); only the fields
-// Warden itself needs are decoded. It imports nothing from Warden but jsontape.
+// Warden itself needs are decoded, once: DecodeReview (and DecodeRawReview
+// for raw requests) is the only decoding of a review: the policy server and
+// the engine read what it returns, and do not decode the request again. It
+// imports nothing from Warden but jsontape.
 package admission
 
 import (
@@ -25,6 +28,13 @@ type GroupVersionKind struct {
 	Group   string `json:"group"`
 	Version string `json:"version"`
 	Kind    string `json:"kind"`
+}
+
+// GroupVersionResource is a Kubernetes group, version and resource.
+type GroupVersionResource struct {
+	Group    string `json:"group"`
+	Version  string `json:"version"`
+	Resource string `json:"resource"`
 }
 
 // Request holds the AdmissionRequest fields Warden reads. Raw is the whole
@@ -117,6 +127,88 @@ func DecodeRequest(raw json.RawMessage) (*Request, error) {
 	}
 	r.Raw = raw
 	return &r, nil
+}
+
+// Resource returns the request's resource and subresource, which only its
+// span records: read from the parse when the fast decoder kept one (until
+// Release), else decoded from Raw. They never fail: as encoding/json reads
+// them, a field of the wrong type is left empty and the others are read.
+func (r *Request) Resource() (resource GroupVersionResource, subResource string) {
+	if r.tape != nil {
+		return resourceParsed(r.tape, r.node)
+	}
+	var f struct {
+		Resource    GroupVersionResource `json:"resource"`
+		SubResource string               `json:"subResource"`
+	}
+	_ = json.Unmarshal(r.Raw, &f) // Raw decoded as a Request already: only these fields' types can fail
+	return f.Resource, f.SubResource
+}
+
+// RawRequest is the request of a raw review
+// (docs/compatibility.md#raw-policies): any JSON value, kept as received in
+// Raw, and its uid when it is an object with a string uid.
+type RawRequest struct {
+	UID string
+	Raw json.RawMessage
+
+	// tape is the parse of the review, when the fast decoder read it, and
+	// node the request's node in it: see Parsed.
+	tape *jsontape.Tape
+	node int32
+}
+
+// Parsed returns the parse of the review the raw request was decoded from
+// and the request's node in it (nil when it was decoded otherwise), as
+// Request.Parsed does.
+func (r *RawRequest) Parsed() (*jsontape.Tape, int32) {
+	return r.tape, r.node
+}
+
+// Release gives the request's parse back, as Request.Release does.
+func (r *RawRequest) Release() {
+	if r.tape != nil {
+		r.tape.Text = ""
+		tapes.Put(r.tape)
+		r.tape = nil
+	}
+}
+
+// ErrNoRawRequest is returned for a raw review without a request member,
+// in serde's words, as Kubewarden answers it.
+var ErrNoRawRequest = errors.New("missing field `request`")
+
+// DecodeRawReview decodes the body of a raw review, {"request": <any JSON
+// value>}, with encoding/json's meaning and errors: a request of null is a
+// request, a review without one is ErrNoRawRequest. Raw shares body's
+// memory: body must not change while the RawRequest is in use.
+func DecodeRawReview(body []byte) (*RawRequest, error) {
+	if r, ok := decodeRawReviewFast(body); ok {
+		return r, nil
+	}
+	return decodeRawReviewSlow(body)
+}
+
+// decodeRawReviewSlow is DecodeRawReview with encoding/json.
+func decodeRawReviewSlow(body []byte) (*RawRequest, error) {
+	var in reviewIn
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, err
+	}
+	if len(in.Request) == 0 {
+		return nil, ErrNoRawRequest
+	}
+	return DecodeRawRequest(in.Request), nil
+}
+
+// DecodeRawRequest reads the uid of a raw request, any JSON value: an
+// object's string uid, else "".
+func DecodeRawRequest(raw json.RawMessage) *RawRequest {
+	var withUID struct {
+		UID string `json:"uid"`
+	}
+	_ = json.Unmarshal(raw, &withUID) // the uid is optional; any JSON value is a valid raw request
+	return &RawRequest{UID: withUID.UID, Raw: raw}
 }
 
 // Response is an AdmissionResponse.

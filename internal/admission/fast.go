@@ -26,8 +26,15 @@ var (
 	requestFields = map[string]byte{
 		"uid": '"', "kind": '{', "requestKind": '{', "name": '"', "namespace": '"',
 		"operation": '"', "object": 0, "oldObject": 0,
+		// Not decoded, but read for the span (Request.Resource).
+		"resource": '{', "subResource": '"',
 	}
 	gvkFields = map[string]byte{"group": '"', "version": '"', "kind": '"'}
+	gvrFields = map[string]byte{"group": '"', "version": '"', "resource": '"'}
+	// nestedFields are the fields of the objects among requestFields.
+	nestedFields = map[string]map[string]byte{"kind": gvkFields, "requestKind": gvkFields, "resource": gvrFields}
+	// rawRequestFields are those of a raw request, when it is an object.
+	rawRequestFields = map[string]byte{"uid": '"'}
 )
 
 // decodeReviewFast decodes body when it is a review the fast decoder takes.
@@ -90,6 +97,25 @@ func raw(t *jsontape.Tape, body []byte, i int32) []byte {
 
 func gvk(t *jsontape.Tape, i int32) GroupVersionKind {
 	var g GroupVersionKind
+	g.Group, g.Version, g.Kind = groupVersion(t, i, "kind")
+	return g
+}
+
+// resourceParsed is Request.Resource of the request at node req of t, a
+// request the fast decoder took: the fields have their types, or are null.
+func resourceParsed(t *jsontape.Tape, req int32) (resource GroupVersionResource, subResource string) {
+	if i := t.Member(req, "resource"); i >= 0 && t.Nodes[i].Kind == '{' {
+		resource.Group, resource.Version, resource.Resource = groupVersion(t, i, "resource")
+	}
+	if i := t.Member(req, "subResource"); i >= 0 && t.Nodes[i].Kind == '"' {
+		subResource = t.Str(i)
+	}
+	return resource, subResource
+}
+
+// groupVersion returns the string members group, version and name of the
+// object at node i, "" for those absent or null.
+func groupVersion(t *jsontape.Tape, i int32, name string) (group, version, named string) {
 	end := t.Nodes[i].Next
 	for k := i + 1; k < end; k = t.Nodes[k+1].Next {
 		if t.Nodes[k+1].Kind == 'n' {
@@ -97,21 +123,21 @@ func gvk(t *jsontape.Tape, i int32) GroupVersionKind {
 		}
 		switch t.Str(k) {
 		case "group":
-			g.Group = t.Str(k + 1)
+			group = t.Str(k + 1)
 		case "version":
-			g.Version = t.Str(k + 1)
-		case "kind":
-			g.Kind = t.Str(k + 1)
+			version = t.Str(k + 1)
+		case name:
+			named = t.Str(k + 1)
 		}
 	}
-	return g
+	return group, version, named
 }
 
 // typedObject reports whether node i is an object without repeated keys
 // whose members named in fields have the field's JSON type or null, with no
 // key that matches a field name only in another case (encoding/json would
 // take it for the field); objects named in fields are checked against
-// gvkFields.
+// their nestedFields.
 func typedObject(t *jsontape.Tape, i int32, fields map[string]byte) bool {
 	if t.Nodes[i].Kind != '{' || !t.Unique(i) {
 		return false
@@ -132,9 +158,34 @@ func typedObject(t *jsontape.Tape, i int32, fields map[string]byte) bool {
 		case kind == 'n' || want == 0:
 		case kind != want:
 			return false
-		case want == '{' && !typedObject(t, v, gvkFields):
+		case want == '{' && !typedObject(t, v, nestedFields[key]):
 			return false
 		}
 	}
 	return true
+}
+
+// decodeRawReviewFast decodes body when it is a raw review the fast decoder
+// takes: the review and, when the request is an object, the request without
+// repeated keys or keys that differ from "request" or "uid" only in case,
+// and a uid that is a string or null.
+func decodeRawReviewFast(body []byte) (*RawRequest, bool) {
+	t := tapes.Get().(*jsontape.Tape)
+	r := &RawRequest{tape: t} // the RawRequest keeps the tape (see Parsed)
+	if !t.Parse(unsafe.String(unsafe.SliceData(body), len(body))) || !typedObject(t, 0, reviewFields) {
+		r.Release()
+		return nil, false
+	}
+	req := t.Member(0, "request")
+	if req < 0 || t.Nodes[req].Kind == '{' && !typedObject(t, req, rawRequestFields) {
+		r.Release()
+		return nil, false // no request (encoding/json's error), or an unusual uid
+	}
+	r.Raw, r.node = raw(t, body, req), req
+	if t.Nodes[req].Kind == '{' {
+		if uid := t.Member(req, "uid"); uid >= 0 && t.Nodes[uid].Kind == '"' {
+			r.UID = t.Str(uid)
+		}
+	}
+	return r, true
 }

@@ -48,6 +48,7 @@ var allCommands []string
 var testHelpers = []string{
 	"internal/clustertest", "internal/logtest", "internal/pkitest",
 	"internal/rego/regotest", "internal/verify/verifytest", "internal/observability/otlptest",
+	"internal/admission/admissiontest",
 }
 
 // importRules are the import rules of the package documentation, one entry
@@ -138,6 +139,11 @@ var importRules = []importRule{
 		doc:      "internal/logtest/logtest.go",
 		sentence: "Only tests import it.",
 		check:    onlyTests(w("internal/logtest")),
+	},
+	{
+		doc:      "internal/admission/admissiontest/admissiontest.go",
+		sentence: "Only tests import it.",
+		check:    onlyTests(w("internal/admission/admissiontest")),
 	},
 	{
 		doc:      "internal/reflector/store.go",

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/wasm"
@@ -95,15 +96,16 @@ func roleBinding(i int) string {
 		i, ns, i, i, 100000+i, i%28+1, i%60, ns, ns, i, i%7, i, ns, ns, ns)
 }
 
-// roleBindingRequest asks to create a binding of user i to role-<i%7> in
+// roleBindingReview asks to create a binding of user i to role-<i%7> in
 // team i's namespace: roleBinding(i) binds it already.
-func roleBindingRequest(i int) evalInput {
+func roleBindingReview(i int) *admissiontest.Review {
 	ns := fmt.Sprintf("team-%03d", i%100)
 	obj := fmt.Sprintf(`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"RoleBinding","metadata":{"name":"new","namespace":%q},`+
 		`"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"Role","name":"role-%d"},`+
 		`"subjects":[{"kind":"User","apiGroup":"rbac.authorization.k8s.io","name":"user-%05d@example.com"}]}`, ns, i%7, i)
-	return evalInput{request: []byte(fmt.Sprintf(`{"uid":"u1","kind":{"group":"rbac.authorization.k8s.io","version":"v1","kind":"RoleBinding"},`+
-		`"operation":"CREATE","namespace":%q,"name":"new","object":%s}`, ns, obj)), settings: []byte("{}")}
+	return admissiontest.New(admissiontest.WithKind("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+		admissiontest.WithResource("rbac.authorization.k8s.io", "v1", "rolebindings"),
+		admissiontest.WithNamespace(ns), admissiontest.WithName("new"), admissiontest.WithObject(obj))
 }
 
 // BenchmarkGatekeeperInventory evaluates a Gatekeeper policy against an
@@ -128,10 +130,10 @@ func BenchmarkGatekeeperInventory(b *testing.B) {
 		policy regoPolicy
 		kind   ContextAwareResource
 		items  []string
-		in     evalInput
+		review *admissiontest.Review
 	}{
-		{"ingresses", uniqueIngressHost, ingressKind, ingresses, ingressRequest("news", "blog", "host-0500.example.com")},
-		{"rolebindings", uniqueRoleBinding, roleBindingKind, bindings, roleBindingRequest(4242)},
+		{"ingresses", uniqueIngressHost, ingressKind, ingresses, ingressReview("news", "blog", "host-0500.example.com")},
+		{"rolebindings", uniqueRoleBinding, roleBindingKind, bindings, roleBindingReview(4242)},
 	}
 	for _, c := range cases {
 		session := &hostcap.Session{Exchanges: []hostcap.Exchange{listed(c.kind, c.items...)}}
@@ -150,8 +152,9 @@ func BenchmarkGatekeeperInventory(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer r.close(context.Background())
+				req, settings := requestOf(b, c.review), json.RawMessage("{}")
 				for b.Loop() {
-					if resp := answer(context.Background(), r, c.in); resp.Allowed {
+					if resp := answer(context.Background(), r, req, settings); resp.Allowed {
 						b.Fatalf("accepted: %+v", resp)
 					}
 				}

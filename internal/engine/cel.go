@@ -33,13 +33,14 @@ func newCELRunner(settings json.RawMessage) (runner, error) {
 	return &celRunner{policy: p, settings: settings}, nil
 }
 
-func (r *celRunner) validate(ctx context.Context, _ wasm.HostCaller, in evalInput) (*validationResponse, error) {
+// validate ignores settings: the runner was compiled with its own.
+func (r *celRunner) validate(ctx context.Context, _ wasm.HostCaller, req request, _ json.RawMessage) (*validationResponse, error) {
 	var res celpolicy.Result
 	var err error
-	if in.tape != nil {
-		res, err = r.policy.ValidateParsed(ctx, in.tape, in.node)
+	if req.tape != nil {
+		res, err = r.policy.ValidateParsed(ctx, req.tape, req.node)
 	} else {
-		res, err = r.policy.Validate(ctx, in.request)
+		res, err = r.policy.Validate(ctx, req.body)
 	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -10,14 +10,9 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/wasm"
 )
-
-// celReview is a Pod AdmissionRequest with the given object.
-func celReview(op, object string) json.RawMessage {
-	return json.RawMessage(`{"uid":"u1","kind":{"group":"","version":"v1","kind":"Pod"},"namespace":"default","operation":"` + op +
-		`","userInfo":{"username":"alice"},"object":` + object + `,"oldObject":null}`)
-}
 
 const celPod = `{"metadata":{"name":"web","namespace":"default","labels":{"team":"a"}},"spec":{"containers":[{"name":"web","image":"nginx:latest"}]}}`
 
@@ -27,33 +22,34 @@ func TestCELRunner(t *testing.T) {
 		{"expression":"object.spec.containers.all(c, !c.image.endsWith(':latest'))","messageExpression":"'no latest tag in ' + object.metadata.name","reason":"Forbidden"}]}`
 	tests := []struct {
 		name    string
-		in      evalInput
+		review  *admissiontest.Review
+		raw     string // a raw request, instead of review
 		want    validationResponse
 		wantErr string
 	}{
 		{
-			name: "accepted: no message, no code",
-			in:   evalInput{request: celReview("CREATE", strings.Replace(celPod, ":latest", ":1.27", 1))},
-			want: validationResponse{Accepted: true},
+			name:   "accepted: no message, no code",
+			review: admissiontest.New(admissiontest.WithObject(strings.Replace(celPod, ":latest", ":1.27", 1))),
+			want:   validationResponse{Accepted: true},
 		},
 		{
-			name: "rejected with the message and the code of the reason",
-			in:   evalInput{request: celReview("CREATE", celPod)},
-			want: validationResponse{Message: ptr("no latest tag in web"), Code: ptr(int32(403))},
+			name:   "rejected with the message and the code of the reason",
+			review: admissiontest.New(admissiontest.WithObject(celPod)),
+			want:   validationResponse{Message: ptr("no latest tag in web"), Code: ptr(int32(403))},
 		},
 		{
-			name: "rejected with the default reason, Invalid",
-			in:   evalInput{request: celReview("CREATE", `{"metadata":{"name":"web"},"spec":{"containers":[]}}`)},
-			want: validationResponse{Message: ptr("the team label is required"), Code: ptr(int32(400))},
+			name:   "rejected with the default reason, Invalid",
+			review: admissiontest.New(admissiontest.WithObject(`{"metadata":{"name":"web"},"spec":{"containers":[]}}`)),
+			want:   validationResponse{Message: ptr("the team label is required"), Code: ptr(int32(400))},
 		},
 		{
 			name: "a raw request is evaluated as an AdmissionRequest",
-			in:   evalInput{request: json.RawMessage(`{"object":` + celPod + `}`), raw: true},
+			raw:  `{"object":` + celPod + `}`,
 			want: validationResponse{Message: ptr("no latest tag in web"), Code: ptr(int32(403))},
 		},
 		{
 			name:    "a failed evaluation is cel-policy's error",
-			in:      evalInput{request: celReview("CREATE", `{"metadata":{"name":"web","labels":{"team":"a"}}}`)},
+			review:  admissiontest.New(admissiontest.WithObject(`{"metadata":{"name":"web","labels":{"team":"a"}}}`)),
 			wantErr: "failed to evaluate expression: no such key: spec",
 		},
 	}
@@ -63,8 +59,11 @@ func TestCELRunner(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tt.in.settings = json.RawMessage(settings)
-			got, err := r.validate(context.Background(), nil, tt.in)
+			req := rawRequestOf(tt.raw)
+			if tt.raw == "" {
+				req = requestOf(t, tt.review)
+			}
+			got, err := r.validate(context.Background(), nil, req, json.RawMessage(settings))
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
 					t.Fatalf("validate = %+v, %v; want error %q", got, err, tt.wantErr)
@@ -83,7 +82,7 @@ func TestCELRunnerResponse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vr, err := r.validate(context.Background(), nil, evalInput{request: celReview("CREATE", celPod)})
+	vr, err := r.validate(context.Background(), nil, requestOf(t, admissiontest.New(admissiontest.WithObject(celPod))), json.RawMessage("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +100,7 @@ func TestCELRunnerDeadline(t *testing.T) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	if _, err := r.validate(ctx, nil, evalInput{request: celReview("CREATE", celPod)}); !errors.Is(err, wasm.ErrDeadlineExceeded) {
+	if _, err := r.validate(ctx, nil, requestOf(t, admissiontest.New(admissiontest.WithObject(celPod))), json.RawMessage("{}")); !errors.Is(err, wasm.ErrDeadlineExceeded) {
 		t.Errorf("validate past the deadline: %v, want wasm.ErrDeadlineExceeded", err)
 	}
 }

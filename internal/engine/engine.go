@@ -116,41 +116,56 @@ func (e *Engine) Validate(ctx context.Context, policyID string, req *admission.R
 		e.recorder.RecordEvaluation(ctx, rec, time.Since(start))
 		return &admission.Response{UID: req.UID, Allowed: true}, nil
 	}
-	base := req.Object
-	if !req.HasObject() {
-		base = nil
-	}
-	tape, node := req.Parsed()
-	c := call{uid: req.UID, request: req.Raw, tape: tape, node: node, base: base}
-	return e.run(ctx, p, start, rec, c, origin == OriginValidate), nil
+	return e.run(ctx, p, start, rec, admissionRequest(req), origin == OriginValidate), nil
 }
 
 // ValidateRaw evaluates a raw request (docs/compatibility.md#raw-policies): any
 // JSON value, handed to the policy as its request; a mutation is diffed against
 // the whole request.
-func (e *Engine) ValidateRaw(ctx context.Context, policyID string, raw json.RawMessage) (*admission.Response, error) {
+func (e *Engine) ValidateRaw(ctx context.Context, policyID string, req *admission.RawRequest) (*admission.Response, error) {
 	start := time.Now()
 	p, ok := e.policies[policyID]
 	if !ok {
 		return nil, &PolicyNotFoundError{ID: policyID}
 	}
-	var withUID struct {
-		UID string `json:"uid"`
-	}
-	_ = json.Unmarshal(raw, &withUID) // the uid is optional; any JSON value is a valid raw request
 	rec := observability.Evaluation{PolicyName: policyID, PolicyMode: p.Mode, Raw: true}
-	return e.run(ctx, p, start, rec, call{uid: withUID.UID, request: raw, base: raw, raw: true}, true), nil
+	return e.run(ctx, p, start, rec, rawRequest(req), true), nil
 }
 
-// call is one request to answer.
-type call struct {
-	uid     string
-	request json.RawMessage // as received: an AdmissionRequest, or a raw request
-	// tape, when set, is the parse of the review holding request, at node.
+// request is one request to evaluate, as it goes unchanged from Validate or
+// ValidateRaw through Engine.run and Engine.evaluate to the runner: what
+// internal/admission decoded of it. Nothing on the way decodes the request
+// again.
+type request struct {
+	uid string
+	// body is the request as received, which the policy gets verbatim: an
+	// AdmissionRequest, or any JSON value for a raw request.
+	body json.RawMessage
+	// tape, when set, is the parse of the review holding body, at node: a
+	// runner that reads the request can use it instead of parsing it.
 	tape *jsontape.Tape
-	node int32
-	base json.RawMessage // what a mutation is diffed against; nil when there is no object
-	raw  bool
+	// object is what a mutation is diffed against and an OPA patch applied
+	// to: the request's object (nil when it has none, or null), or the
+	// whole of a raw request.
+	object json.RawMessage
+	node   int32
+	raw    bool
+}
+
+// admissionRequest is the request of an AdmissionRequest.
+func admissionRequest(req *admission.Request) request {
+	object := req.Object
+	if !req.HasObject() {
+		object = nil
+	}
+	tape, node := req.Parsed()
+	return request{uid: req.UID, body: req.Raw, tape: tape, node: node, object: object}
+}
+
+// rawRequest is the request of a raw request.
+func rawRequest(req *admission.RawRequest) request {
+	tape, node := req.Parsed()
+	return request{uid: req.UID, body: req.Raw, tape: tape, node: node, object: req.Raw, raw: true}
 }
 
 // run answers a request with policy p: its load error if it failed to load,
@@ -158,12 +173,12 @@ type call struct {
 // metrics record the policy's own answer, before post-processing, as
 // Kubewarden's do.
 func (e *Engine) run(ctx context.Context, p *Policy, start time.Time, rec observability.Evaluation,
-	c call, postProcess bool) *admission.Response {
+	req request, postProcess bool) *admission.Response {
 	if p.initErr != nil {
 		e.recorder.RecordInitializationError(ctx, p.ID, p.initErr.Error())
-		return reject(c.uid, p.initErr.Error(), 500)
+		return reject(req.uid, p.initErr.Error(), 500)
 	}
-	resp, mutatedObject := e.evaluate(ctx, p, c)
+	resp, mutatedObject := e.evaluate(ctx, p, req)
 	rec.Accepted, rec.Mutated = resp.Allowed, resp.Patch != nil
 	if resp.Status != nil {
 		rec.ErrorCode = resp.Status.Code
@@ -178,11 +193,11 @@ func (e *Engine) run(ctx context.Context, p *Policy, start time.Time, rec observ
 // evaluate runs the policy and converts its answer; failures become
 // rejections with code 500, as in Kubewarden. It also returns the mutated
 // object, for the monitor-mode log.
-func (e *Engine) evaluate(ctx context.Context, p *Policy, c call) (*admission.Response, json.RawMessage) {
+func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admission.Response, json.RawMessage) {
 	if p.group != nil {
-		return e.evaluateGroup(ctx, p, c), nil
+		return e.evaluateGroup(ctx, p, req), nil
 	}
-	uid := c.uid
+	uid := req.uid
 	// The policy's time limit covers the wait for its turn too: a request
 	// never waits longer than the policy may run.
 	cctx, cancel := ctx, context.CancelFunc(func() {})
@@ -199,7 +214,7 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, c call) (*admission.Re
 		}
 		return internalError(uid, err.Error()), nil
 	}
-	vr, err := p.run.validate(cctx, p.host, evalInput{request: c.request, tape: c.tape, node: c.node, settings: p.settings, raw: c.raw})
+	vr, err := p.run.validate(cctx, p.host, req, p.settings)
 	release()
 	if err != nil {
 		if errors.Is(err, wasm.ErrDeadlineExceeded) {
@@ -218,7 +233,7 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, c call) (*admission.Re
 		}
 		return internalError(uid, err.Error()), nil
 	}
-	resp, err := toAdmissionResponse(uid, c.base, vr)
+	resp, err := toAdmissionResponse(uid, req.object, vr)
 	if err != nil {
 		return internalError(uid, err.Error()), nil
 	}

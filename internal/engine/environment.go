@@ -290,10 +290,10 @@ func (env *Environment) Validate(ctx context.Context, policyID string, req *admi
 
 // ValidateRaw evaluates a raw request with the policy serving now; see
 // Engine.ValidateRaw.
-func (env *Environment) ValidateRaw(ctx context.Context, policyID string, raw json.RawMessage) (*admission.Response, error) {
+func (env *Environment) ValidateRaw(ctx context.Context, policyID string, req *admission.RawRequest) (*admission.Response, error) {
 	e := env.acquire()
 	defer env.release(e)
-	return e.ValidateRaw(ctx, policyID, raw)
+	return e.ValidateRaw(ctx, policyID, req)
 }
 
 // Engine returns the snapshot serving now, for reading (its policies and

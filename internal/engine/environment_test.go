@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/wasm"
 )
@@ -68,16 +69,14 @@ func (f *envFixture) answer(id, labels string) string {
 }
 
 func answerPod(validate func(context.Context, string, *admission.Request, Origin) (*admission.Response, error), id, labels string) string {
-	var kv []string
+	set := map[string]string{}
 	for l := range strings.SplitSeq(labels, ",") {
 		if l != "" {
-			kv = append(kv, fmt.Sprintf("%q:%q", l, "yes"))
+			set[l] = "yes"
 		}
 	}
-	body := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1",`+
-		`"kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","namespace":"default",`+
-		`"object":{"metadata":{"name":"p","labels":{%s}}}}}`, strings.Join(kv, ","))
-	req, err := admission.DecodeReview([]byte(body))
+	body := admissiontest.New(admissiontest.WithLabels(set)).JSON()
+	req, err := admission.DecodeReview(body)
 	if err != nil {
 		return "decode: " + err.Error()
 	}

@@ -76,11 +76,11 @@ func (l *loader) group(ctx context.Context, id string, c *PolicyConfig) (*Policy
 // it reaches them. A rejection carries the group's message and one cause per
 // evaluated member that rejected, in member-name order (Kubewarden's order
 // is that of a hash map).
-func (e *Engine) evaluateGroup(ctx context.Context, p *Policy, c call) *admission.Response {
+func (e *Engine) evaluateGroup(ctx context.Context, p *Policy, req request) *admission.Response {
 	g := p.group
 	rejected := map[string]string{} // member name -> its message
 	allowed, err := g.expr.Eval(func(name string) bool {
-		resp, _ := e.evaluate(ctx, g.members[name], c)
+		resp, _ := e.evaluate(ctx, g.members[name], req)
 		switch {
 		case resp.Patch != nil:
 			rejected[name] = msgGroupMutation
@@ -94,10 +94,10 @@ func (e *Engine) evaluateGroup(ctx context.Context, p *Policy, c call) *admissio
 		return resp.Allowed
 	})
 	if err != nil {
-		return reject(c.uid, prefixGroupExprErr+err.Error(), 500)
+		return reject(req.uid, prefixGroupExprErr+err.Error(), 500)
 	}
 	if allowed {
-		return &admission.Response{UID: c.uid, Allowed: true}
+		return &admission.Response{UID: req.uid, Allowed: true}
 	}
 	causes := []admission.Cause{}
 	for _, name := range g.names {
@@ -105,7 +105,7 @@ func (e *Engine) evaluateGroup(ctx context.Context, p *Policy, c call) *admissio
 			causes = append(causes, admission.Cause{Field: "spec.policies." + name, Message: msg})
 		}
 	}
-	return &admission.Response{UID: c.uid, Allowed: false, Status: &admission.Status{
+	return &admission.Response{UID: req.uid, Allowed: false, Status: &admission.Status{
 		Message: g.message,
 		Details: &admission.StatusDetails{Causes: causes},
 	}}

@@ -132,20 +132,22 @@ func (m *regoModule) close(ctx context.Context) {
 	}
 }
 
-func (r opaRunner) validate(ctx context.Context, _ wasm.HostCaller, in evalInput) (*validationResponse, error) {
-	out, err := r.eval(ctx, slices.Concat([]byte(`{"request":`), in.request, []byte(`}`)))
+// validate ignores settings: they are the data the runner loaded.
+func (r opaRunner) validate(ctx context.Context, _ wasm.HostCaller, req request, _ json.RawMessage) (*validationResponse, error) {
+	out, err := r.eval(ctx, slices.Concat([]byte(`{"request":`), req.body, []byte(`}`)))
 	if err != nil {
 		return nil, err
 	}
-	return opaResponse(out, in)
+	return opaResponse(out, req)
 }
 
-func (r gatekeeperRunner) validate(ctx context.Context, _ wasm.HostCaller, in evalInput) (*validationResponse, error) {
-	if in.raw {
+// validate gives settings to the policy as its parameters.
+func (r gatekeeperRunner) validate(ctx context.Context, _ wasm.HostCaller, req request, settings json.RawMessage) (*validationResponse, error) {
+	if req.raw {
 		//lint:ignore ST1005 Kubewarden's wording, which users and policies see
 		return nil, errors.New(msgGatekeeperRaw)
 	}
-	out, err := r.eval(ctx, slices.Concat([]byte(`{"parameters":`), in.settings, []byte(`,"review":`), in.request, []byte(`}`)))
+	out, err := r.eval(ctx, slices.Concat([]byte(`{"parameters":`), settings, []byte(`,"review":`), req.body, []byte(`}`)))
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +157,7 @@ func (r gatekeeperRunner) validate(ctx context.Context, _ wasm.HostCaller, in ev
 // opaResponse reads result[0].result.response, an AdmissionResponse, as a
 // ValidationResponse. A patch it carries is applied to the request's object
 // (raw requests: the whole request), which the engine diffs again.
-func opaResponse(out []byte, in evalInput) (*validationResponse, error) {
+func opaResponse(out []byte, req request) (*validationResponse, error) {
 	var set []struct {
 		Result json.RawMessage `json:"result"`
 	}
@@ -198,7 +200,7 @@ func opaResponse(out []byte, in evalInput) (*validationResponse, error) {
 		if resp.PatchType != nil && *resp.PatchType != admission.PatchTypeJSONPatch {
 			return nil, fmt.Errorf("unknown patch type %q", *resp.PatchType)
 		}
-		mutated, err := applyOPAPatch(*resp.Patch, in)
+		mutated, err := applyOPAPatch(*resp.Patch, req.object)
 		if err != nil {
 			return nil, fmt.Errorf("applying the policy's patch: %w", err)
 		}
@@ -207,20 +209,11 @@ func opaResponse(out []byte, in evalInput) (*validationResponse, error) {
 	return vr, nil
 }
 
-func applyOPAPatch(patch string, in evalInput) (json.RawMessage, error) {
+// applyOPAPatch applies a base64 JSON Patch to base, the request's object.
+func applyOPAPatch(patch string, base json.RawMessage) (json.RawMessage, error) {
 	ops, err := base64.StdEncoding.DecodeString(patch)
 	if err != nil {
 		return nil, err
-	}
-	base := in.request
-	if !in.raw {
-		var req struct {
-			Object json.RawMessage `json:"object"`
-		}
-		if err := json.Unmarshal(in.request, &req); err != nil {
-			return nil, err
-		}
-		base = req.Object
 	}
 	if isNull(base) {
 		// Nothing to patch (DELETE): any mutated object makes the engine

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/logtest"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/rego/regotest"
@@ -73,19 +74,6 @@ func (p regoPolicy) mustRunner(t testing.TB, rt *wasm.Runtime, settings string, 
 	return r
 }
 
-// request is an AdmissionRequest for obj (JSON), in namespace ns.
-func request(op, ns, obj string) json.RawMessage {
-	var name struct {
-		Metadata struct {
-			Name string `json:"name"`
-		} `json:"metadata"`
-	}
-	_ = json.Unmarshal([]byte(obj), &name)
-	return json.RawMessage(fmt.Sprintf(`{"uid":"u1","kind":{"group":"","version":"v1","kind":"Pod"},`+
-		`"resource":{"group":"","version":"v1","resource":"pods"},"operation":%q,"namespace":%q,"name":%q,`+
-		`"userInfo":{"username":"alice"},"object":%s}`, op, ns, name.Metadata.Name, obj))
-}
-
 // pod is a Pod named name with labels (JSON) and containers (JSON objects).
 func pod(name, labels string, containers ...string) string {
 	return fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"labels":%s},"spec":{"containers":[%s]}}`,
@@ -104,21 +92,26 @@ func container(name, image, cpu, memory string) string {
 	return fmt.Sprintf(`{"name":%q,"image":%q,"resources":{"limits":%s}}`, name, image, l)
 }
 
-// answer evaluates in with r and converts the result as the engine does.
-func answer(ctx context.Context, r runner, in evalInput) *admission.Response {
-	vr, err := r.validate(ctx, nil, in)
+// requestOf is the request of review that Engine.evaluate hands a runner.
+func requestOf(tb testing.TB, review *admissiontest.Review) request {
+	tb.Helper()
+	return admissionRequest(review.Decode(tb))
+}
+
+// rawRequestOf is the request of a raw request, any JSON value, that
+// Engine.evaluate hands a runner.
+func rawRequestOf(raw string) request {
+	return rawRequest(admission.DecodeRawRequest(json.RawMessage(raw)))
+}
+
+// answer evaluates req with r and settings and converts the result as the
+// engine does.
+func answer(ctx context.Context, r runner, req request, settings json.RawMessage) *admission.Response {
+	vr, err := r.validate(ctx, nil, req, settings)
 	if err != nil {
 		return internalError("u1", err.Error())
 	}
-	base := in.request
-	if !in.raw {
-		var req struct {
-			Object json.RawMessage `json:"object"`
-		}
-		_ = json.Unmarshal(in.request, &req)
-		base = req.Object
-	}
-	resp, err := toAdmissionResponse("u1", base, vr)
+	resp, err := toAdmissionResponse("u1", req.object, vr)
 	if err != nil {
 		return internalError("u1", err.Error())
 	}
@@ -143,8 +136,8 @@ func TestRegoRunners(t *testing.T) {
 		name     string
 		policy   regoPolicy
 		settings string
-		request  json.RawMessage
-		raw      bool
+		review   *admissiontest.Review
+		raw      string // a raw request, instead of review
 		want     admission.Response
 		patch    string
 	}{
@@ -152,7 +145,7 @@ func TestRegoRunners(t *testing.T) {
 			name:     "gatekeeper violations are joined",
 			policy:   requiredLabels,
 			settings: labelParams,
-			request:  request("CREATE", "default", pod("web", `{"team":"Blue"}`)),
+			review:   admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{"team":"Blue"}`))),
 			want: admission.Response{Status: &admission.Status{
 				Message: `you must provide labels: {"owner"}, label <team: Blue> does not match the allowed regex ^[a-z]+$`}},
 		},
@@ -160,16 +153,16 @@ func TestRegoRunners(t *testing.T) {
 			name:     "gatekeeper without violations accepts",
 			policy:   requiredLabels,
 			settings: labelParams,
-			request:  request("CREATE", "default", pod("web", `{"owner":"bob","team":"blue"}`)),
+			review:   admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{"owner":"bob","team":"blue"}`))),
 			want:     admission.Response{Allowed: true},
 		},
 		{
 			name:     "disallowed and missing image tags",
 			policy:   disallowedTags,
 			settings: tagParams,
-			request: request("CREATE", "default", pod("web", `{}`,
+			review: admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{}`,
 				container("app", "nginx:latest", "", ""), container("sidecar", "ghcr.io/acme/proxy", "", ""),
-				container("internal", "registry.internal/tool:dev", "", ""))),
+				container("internal", "registry.internal/tool:dev", "", "")))),
 			want: admission.Response{Status: &admission.Status{Message: `container <app> uses a disallowed tag <nginx:latest>; ` +
 				`disallowed tags are ["latest", "dev"], container <sidecar> does not name an image tag <ghcr.io/acme/proxy>`}},
 		},
@@ -177,16 +170,16 @@ func TestRegoRunners(t *testing.T) {
 			name:     "image tags allowed",
 			policy:   disallowedTags,
 			settings: tagParams,
-			request:  request("CREATE", "default", pod("web", `{}`, container("app", "registry.example:5000/nginx:1.27", "", ""))),
+			review:   admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{}`, container("app", "registry.example:5000/nginx:1.27", "", "")))),
 			want:     admission.Response{Allowed: true},
 		},
 		{
 			name:     "container limits above the maximum or unreadable",
 			policy:   containerLimits,
 			settings: limitParams,
-			request: request("CREATE", "default", pod("web", `{}`,
+			review: admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{}`,
 				container("big", "nginx:1", "1500m", "2Gi"), container("odd", "nginx:1", "500m", "lots"),
-				container("none", "nginx:1", "", "512Mi"))),
+				container("none", "nginx:1", "", "512Mi")))),
 			want: admission.Response{Status: &admission.Status{Message: "container <big> memory limit <2Gi> is higher than the maximum allowed of <1Gi>, " +
 				"container <big> cpu limit <1500m> is higher than the maximum allowed of <1>, " +
 				"container <odd> memory limit <lots> cannot be parsed, container <none> has no cpu limit"}},
@@ -195,21 +188,20 @@ func TestRegoRunners(t *testing.T) {
 			name:     "container limits within the maximum",
 			policy:   containerLimits,
 			settings: limitParams,
-			request:  request("CREATE", "default", pod("web", `{}`, container("app", "nginx:1", "500m", "1024Mi"))),
+			review:   admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{}`, container("app", "nginx:1", "500m", "1024Mi")))),
 			want:     admission.Response{Allowed: true},
 		},
 		{
 			name:     "gatekeeper refuses raw requests",
 			policy:   requiredLabels,
 			settings: labelParams,
-			request:  json.RawMessage(`{"uid":"u1","user":"alice"}`),
-			raw:      true,
+			raw:      `{"uid":"u1","user":"alice"}`,
 			want:     admission.Response{Status: &admission.Status{Message: "internal server error: Gatekeeper does not support raw validation requests", Code: 500}},
 		},
 		{
-			name:    "a conflict fails the evaluation",
-			policy:  conflict,
-			request: request("CREATE", "default", `{"metadata":{"name":"d"},"spec":{"replicas":3}}`),
+			name:   "a conflict fails the evaluation",
+			policy: conflict,
+			review: admissiontest.New(admissiontest.WithObject(`{"metadata":{"name":"d"},"spec":{"replicas":3}}`)),
 			want: admission.Response{Status: &admission.Status{
 				Message: "internal server error: policy aborted: conflict.rego:9:1: var assignment conflict", Code: 500}},
 		},
@@ -217,7 +209,7 @@ func TestRegoRunners(t *testing.T) {
 			name:     "opa rejection with message and code",
 			policy:   reservedNS,
 			settings: `{"reserved_namespaces":["kube-system"]}`,
-			request:  request("CREATE", "kube-system", pod("web", `{}`)),
+			review:   admissiontest.New(admissiontest.WithNamespace("kube-system"), admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{}`))),
 			want: admission.Response{Status: &admission.Status{Message: `namespace "kube-system" is reserved`, Code: 403},
 				Warnings: []string{"web has no owner label"}},
 		},
@@ -225,7 +217,7 @@ func TestRegoRunners(t *testing.T) {
 			name:     "opa acceptance with warnings and audit annotations",
 			policy:   reservedNS,
 			settings: `{"reserved_namespaces":["kube-system"]}`,
-			request:  request("CREATE", "default", pod("web", `{}`)),
+			review:   admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{}`))),
 			want: admission.Response{Allowed: true, Warnings: []string{"web has no owner label"},
 				AuditAnnotations: map[string]string{"checked-by": "reserved-namespaces"}},
 		},
@@ -233,22 +225,21 @@ func TestRegoRunners(t *testing.T) {
 			name:     "opa raw request",
 			policy:   reservedNS,
 			settings: `{"reserved_namespaces":["kube-system"]}`,
-			request:  json.RawMessage(`{"uid":"u1","namespace":"kube-system","name":"job"}`),
-			raw:      true,
+			raw:      `{"uid":"u1","namespace":"kube-system","name":"job"}`,
 			want: admission.Response{Status: &admission.Status{Message: `namespace "kube-system" is reserved`, Code: 403},
 				Warnings: []string{"job has no owner label"}},
 		},
 		{
-			name:    "opa result without a response",
-			policy:  noResponse,
-			request: request("CREATE", "default", pod("web", `{}`)),
-			want:    admission.Response{Status: &admission.Status{Message: "internal server error: cannot interpret OPA policy result", Code: 500}},
+			name:   "opa result without a response",
+			policy: noResponse,
+			review: admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{}`))),
+			want:   admission.Response{Status: &admission.Status{Message: "internal server error: cannot interpret OPA policy result", Code: 500}},
 		},
 		{
 			name:     "opa patch",
 			policy:   defaultTeam,
 			settings: `{"team":"platform"}`,
-			request:  request("CREATE", "default", pod("web", `{"owner":"bob"}`)),
+			review:   admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{"owner":"bob"}`))),
 			want:     admission.Response{Allowed: true, PatchType: admission.PatchTypeJSONPatch},
 			patch:    `[{"op":"add","path":"/metadata/labels/team","value":"platform"}]`,
 		},
@@ -256,18 +247,22 @@ func TestRegoRunners(t *testing.T) {
 			name:     "opa patch of a DELETE",
 			policy:   defaultTeam,
 			settings: `{"team":"platform"}`,
-			request:  request("DELETE", "default", "null"),
+			review:   admissiontest.New(admissiontest.WithOperation("DELETE"), admissiontest.WithObject("null")),
 			want:     admission.Response{Status: &admission.Status{Message: msgDeleteMutation}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := tt.policy.mustRunner(t, rt, tt.settings, nil)
-			settings := json.RawMessage(tt.settings)
-			if tt.settings == "" {
-				settings = json.RawMessage("{}")
+			settings := tt.settings
+			if settings == "" {
+				settings = "{}"
 			}
-			got := answer(context.Background(), r, evalInput{request: tt.request, settings: settings, raw: tt.raw})
+			req := rawRequestOf(tt.raw)
+			if tt.raw == "" {
+				req = requestOf(t, tt.review)
+			}
+			got := answer(context.Background(), r, req, json.RawMessage(settings))
 			if got.Status != nil && tt.want.Status != nil && sameMessage(got.Status.Message, tt.want.Status.Message) {
 				got.Status.Message = tt.want.Status.Message
 			}
@@ -288,7 +283,7 @@ func TestGatekeeperUnparsableResultAccepts(t *testing.T) {
 	rt := newTestRuntime(t)
 	var logs logtest.Buffer
 	r := unparsable.mustRunner(t, rt, `{}`, slog.New(slog.NewTextHandler(&logs, nil)))
-	got := answer(context.Background(), r, evalInput{request: request("CREATE", "default", pod("web", `{}`, container("app", "nginx:1", "", ""))), settings: []byte("{}")})
+	got := answer(context.Background(), r, requestOf(t, admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{}`, container("app", "nginx:1", "", ""))))), json.RawMessage("{}"))
 	if !got.Allowed || got.Status != nil {
 		t.Errorf("response = %+v, want accepted without status", got)
 	}
@@ -315,12 +310,12 @@ func TestRegoRunnerDeadline(t *testing.T) {
 	obj := `{"metadata":{"name":"x"},"spec":{"values":[` + strings.Join(values, ",") + `]}}`
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	got := answer(ctx, r, evalInput{request: request("CREATE", "default", obj), settings: []byte("{}")})
+	got := answer(ctx, r, requestOf(t, admissiontest.New(admissiontest.WithObject(obj))), json.RawMessage("{}"))
 	want := "internal server error: " + wasm.ErrDeadlineExceeded.Error()
 	if got.Allowed || got.Status == nil || got.Status.Message != want || got.Status.Code != 500 {
 		t.Errorf("response = %+v, want rejected with %q", got, want)
 	}
-	got = answer(context.Background(), r, evalInput{request: request("CREATE", "default", `{"spec":{"values":[1]}}`), settings: []byte("{}")})
+	got = answer(context.Background(), r, requestOf(t, admissiontest.New(admissiontest.WithObject(`{"spec":{"values":[1]}}`))), json.RawMessage("{}"))
 	if !got.Allowed {
 		t.Errorf("response after the deadline = %+v, want accepted", got)
 	}
@@ -335,13 +330,13 @@ func TestRegoRunnerIsolation(t *testing.T) {
 	gk := requiredLabels.mustRunner(t, rt, `{}`, nil)
 	for i := range 3 {
 		for _, ns := range []string{"kube-system", "default"} {
-			got := answer(context.Background(), opa, evalInput{request: request("CREATE", ns, pod("web", `{"owner":"x"}`)), settings: []byte(`{}`)})
+			got := answer(context.Background(), opa, requestOf(t, admissiontest.New(admissiontest.WithNamespace(ns), admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{"owner":"x"}`)))), json.RawMessage(`{}`))
 			if got.Allowed != (ns == "default") || len(got.Warnings) != 0 {
 				t.Errorf("round %d, namespace %s: response = %+v", i, ns, got)
 			}
 		}
 		for _, params := range []string{`{"labels":[{"key":"owner"}]}`, `{"labels":[]}`} {
-			got := answer(context.Background(), gk, evalInput{request: request("CREATE", "default", pod("web", `{}`)), settings: []byte(params)})
+			got := answer(context.Background(), gk, requestOf(t, admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{}`)))), json.RawMessage(params))
 			if got.Allowed != (params == `{"labels":[]}`) {
 				t.Errorf("round %d, parameters %s: response = %+v", i, params, got)
 			}
@@ -364,12 +359,12 @@ func BenchmarkGatekeeperRequiredLabels(b *testing.B) {
 	rt := newTestRuntime(b)
 	settings := json.RawMessage(`{"labels":[{"key":"owner"},{"key":"team","allowedRegex":"^[a-z]+$"}]}`)
 	r := requiredLabels.mustRunner(b, rt, string(settings), nil)
-	in := evalInput{request: request("CREATE", "default", pod("web", `{"team":"Blue","app":"web"}`,
-		container("app", "nginx:1.27", "500m", "256Mi"))), settings: settings}
+	in := requestOf(b, admissiontest.New(admissiontest.WithName("web"), admissiontest.WithObject(pod("web", `{"team":"Blue","app":"web"}`,
+		container("app", "nginx:1.27", "500m", "256Mi")))))
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		vr, err := r.validate(ctx, nil, in)
+		vr, err := r.validate(ctx, nil, in, settings)
 		if err != nil || vr.Accepted {
 			b.Fatalf("validate = %+v, %v; want a rejection", vr, err)
 		}

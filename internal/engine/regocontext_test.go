@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/logtest"
 	"github.com/wardenhq/warden/internal/metadata"
@@ -53,10 +53,17 @@ func ingress(namespace, name string, hosts ...string) string {
 	return fmt.Sprintf(`{"metadata":{"name":%q,"namespace":%q},"spec":{"rules":[%s]}}`, name, namespace, strings.Join(rules, ","))
 }
 
-func ingressRequest(namespace, name string, hosts ...string) evalInput {
-	obj := ingress(namespace, name, hosts...)
-	return evalInput{request: []byte(fmt.Sprintf(`{"uid":"u1","kind":{"group":"networking.k8s.io","version":"v1","kind":"Ingress"},`+
-		`"operation":"CREATE","namespace":%q,"name":%q,"object":%s}`, namespace, name, obj)), settings: []byte("{}")}
+// ingressReview asks to create the Ingress name in namespace with hosts.
+func ingressReview(namespace, name string, hosts ...string) *admissiontest.Review {
+	return admissiontest.New(admissiontest.WithKind("networking.k8s.io", "v1", "Ingress"),
+		admissiontest.WithResource("networking.k8s.io", "v1", "ingresses"), admissiontest.WithNamespace(namespace),
+		admissiontest.WithName(name), admissiontest.WithObject(ingress(namespace, name, hosts...)))
+}
+
+// requestOfIngress is requestOf an ingressReview.
+func requestOfIngress(tb testing.TB, namespace, name string, hosts ...string) request {
+	tb.Helper()
+	return requestOf(tb, ingressReview(namespace, name, hosts...))
 }
 
 // contextRunner returns a runner of p whose cluster is the exchanges, the
@@ -80,10 +87,10 @@ func contextRunner(t *testing.T, p regoPolicy, settings string, granted []Contex
 	return r, rec, logs
 }
 
-// verdict is an evaluation and the answer it should get.
+// verdict is an evaluation (settings {}) and the answer it should get.
 type verdict struct {
 	name    string
-	in      evalInput
+	review  *admissiontest.Review
 	allowed bool
 	message string
 }
@@ -92,7 +99,7 @@ func checkVerdicts(t *testing.T, r runner, verdicts []verdict) {
 	t.Helper()
 	for _, v := range verdicts {
 		t.Run(v.name, func(t *testing.T) {
-			resp := answer(context.Background(), r, v.in)
+			resp := answer(context.Background(), r, requestOf(t, v.review), json.RawMessage("{}"))
 			var msg string
 			if resp.Status != nil {
 				msg = resp.Status.Message
@@ -108,10 +115,10 @@ func TestGatekeeperInventory(t *testing.T) {
 	r, rec, _ := contextRunner(t, uniqueIngressHost, "{}", []ContextAwareResource{ingressKind},
 		listed(ingressKind, ingress("shop", "web", "shop.example.com"), ingress("shop", "api", "api.example.com")))
 	tests := []verdict{
-		{"a host another Ingress has", ingressRequest("news", "blog", "blog.example.com", "shop.example.com"), false,
+		{"a host another Ingress has", ingressReview("news", "blog", "blog.example.com", "shop.example.com"), false,
 			"host <shop.example.com> is taken by ingress shop/web"},
-		{"its own host", ingressRequest("shop", "web", "shop.example.com"), true, ""},
-		{"a free host", ingressRequest("shop", "docs", "docs.example.com"), true, ""},
+		{"its own host", ingressReview("shop", "web", "shop.example.com"), true, ""},
+		{"a free host", ingressReview("shop", "docs", "docs.example.com"), true, ""},
 	}
 	checkVerdicts(t, r, tests)
 	// Every evaluation lists the Ingresses afresh: no stale inventory.
@@ -127,15 +134,16 @@ func TestOPAKubernetesData(t *testing.T) {
 			`{"metadata":{"name":"c","namespace":"team-b"}}`),
 		listed(namespaceKind, `{"metadata":{"name":"ice","labels":{"frozen":"true"}}}`, `{"metadata":{"name":"team-a"}}`),
 		plural(configMapKind, "configmaps"), plural(namespaceKind, "namespaces"))
-	configMap := func(ns string) evalInput {
-		return evalInput{request: []byte(fmt.Sprintf(`{"uid":"u1","kind":{"group":"","version":"v1","kind":"ConfigMap"},`+
-			`"operation":"CREATE","namespace":%q,"name":"new","object":{"metadata":{"name":"new"}}}`, ns)), settings: []byte("{}")}
+	configMap := func(ns string) *admissiontest.Review {
+		return admissiontest.New(admissiontest.WithKind("", "v1", "ConfigMap"), admissiontest.WithResource("", "v1", "configmaps"),
+			admissiontest.WithNamespace(ns), admissiontest.WithName("new"), admissiontest.WithObject(`{"metadata":{"name":"new"}}`))
 	}
 	tests := []verdict{
 		{"a namespace at its limit", configMap("team-a"), false, "namespace team-a has 2 ConfigMaps already"},
 		{"a namespace under its limit", configMap("team-b"), true, ""},
 		{"a frozen namespace", configMap("ice"), false, "namespace ice is frozen"},
-		{"a Pod where ConfigMaps are at their limit", evalInput{request: request("CREATE", "team-a", pod("p", "{}")), settings: []byte("{}")}, true, ""},
+		{"a Pod where ConfigMaps are at their limit", admissiontest.New(admissiontest.WithNamespace("team-a"), admissiontest.WithName("p"),
+			admissiontest.WithObject(pod("p", "{}"))), true, ""},
 	}
 	checkVerdicts(t, r, tests)
 	// Kubewarden's order: the lists, then the plural names, each by
@@ -192,7 +200,7 @@ func TestRegoContextErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r, _, _ := contextRunner(t, tt.p, `{"max_configmaps":1}`, tt.granted, tt.exchanges...)
-			_, err := r.validate(context.Background(), nil, ingressRequest("shop", "web", "shop.example.com"))
+			_, err := r.validate(context.Background(), nil, requestOfIngress(t, "shop", "web", "shop.example.com"), json.RawMessage("{}"))
 			ce, ok := asContextError(err)
 			if !ok || !strings.HasPrefix(ce.msg, tt.want) {
 				t.Errorf("got %v, want a context error starting %q", err, tt.want)
@@ -211,7 +219,7 @@ func TestRegoContextErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.close(context.Background())
-		_, err = r.validate(context.Background(), nil, ingressRequest("shop", "web", "shop.example.com"))
+		_, err = r.validate(context.Background(), nil, requestOfIngress(t, "shop", "web", "shop.example.com"), json.RawMessage("{}"))
 		if ce, ok := asContextError(err); !ok || ce.msg != "cannot build Rego context aware data: callback channel is not set" {
 			t.Errorf("got %v", err)
 		}
@@ -261,7 +269,7 @@ func TestRegoContextKeptUntilChange(t *testing.T) {
 	lists := func() int { return len(rec.Session().Exchanges) }
 	evaluate := func() {
 		t.Helper()
-		if resp := answer(context.Background(), r, ingressRequest("news", "blog", "shop.example.com")); resp.Allowed {
+		if resp := answer(context.Background(), r, requestOfIngress(t, "news", "blog", "shop.example.com"), json.RawMessage("{}")); resp.Allowed {
 			t.Fatal("a taken host was accepted")
 		}
 	}
@@ -329,7 +337,7 @@ func TestRegoContextVersions(t *testing.T) {
 		{"a new version: the old host is free", "shop.example.com", false, 2},
 	}
 	for _, s := range steps {
-		resp := answer(context.Background(), r, ingressRequest("news", "blog", s.host))
+		resp := answer(context.Background(), r, requestOfIngress(t, "news", "blog", s.host), json.RawMessage("{}"))
 		if resp.Allowed == s.taken {
 			t.Errorf("%s: %s allowed %v, want %v", s.name, s.host, resp.Allowed, !s.taken)
 		}
@@ -376,13 +384,13 @@ func TestRegoInventoriesShared(t *testing.T) {
 	if n := len(shared.byKey); n != 2 {
 		t.Errorf("%d inventories for two sets of kinds, want 2", n)
 	}
-	configMap := evalInput{request: []byte(`{"uid":"u1","kind":{"group":"","version":"v1","kind":"ConfigMap"},` +
-		`"operation":"CREATE","namespace":"team-a","name":"new","object":{"metadata":{"name":"new"}}}`), settings: []byte("{}")}
+	configMap := admissiontest.New(admissiontest.WithKind("", "v1", "ConfigMap"), admissiontest.WithResource("", "v1", "configmaps"),
+		admissiontest.WithNamespace("team-a"), admissiontest.WithName("new"), admissiontest.WithObject(`{"metadata":{"name":"new"}}`))
 	for range 2 {
 		checkVerdicts(t, limit2, []verdict{{"limit 2", configMap, false, "namespace team-a has 2 ConfigMaps already"}})
 		checkVerdicts(t, limit3, []verdict{{"limit 3", configMap, true, ""}})
 		for _, r := range []runner{hosts1, hosts2} {
-			checkVerdicts(t, r, []verdict{{"a taken host", ingressRequest("news", "blog", "shop.example.com"), false,
+			checkVerdicts(t, r, []verdict{{"a taken host", ingressReview("news", "blog", "shop.example.com"), false,
 				"host <shop.example.com> is taken by ingress shop/web"}})
 		}
 	}
@@ -399,7 +407,7 @@ func TestRegoInventoriesShared(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			r := []runner{hosts1, hosts2}[i%2]
-			if resp := answer(context.Background(), r, ingressRequest("news", "blog", "shop.example.com")); resp.Allowed {
+			if resp := answer(context.Background(), r, requestOfIngress(t, "news", "blog", "shop.example.com"), json.RawMessage("{}")); resp.Allowed {
 				t.Error("a taken host was accepted after a change")
 			}
 		})
@@ -492,19 +500,12 @@ func TestEnvironmentSharesInventories(t *testing.T) {
 	if err := f.env.Init(context.Background(), f.configs("a: "+policy+"\nb: "+policy+"\n")); err != nil {
 		t.Fatal(err)
 	}
-	body := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1",` +
-		`"kind":{"group":"networking.k8s.io","version":"v1","kind":"Ingress"},"operation":"CREATE","namespace":"news","name":"blog",` +
-		`"object":{"metadata":{"name":"blog","namespace":"news"},"spec":{"rules":[{"host":"shop.example.com"}]}}}}`
+	review := ingressReview("news", "blog", "shop.example.com")
 	for _, id := range []string{"a", "b", "a"} {
-		req, err := admission.DecodeReview([]byte(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := f.env.Validate(context.Background(), id, req, OriginValidate)
+		resp, err := f.env.Validate(context.Background(), id, review.Decode(t), OriginValidate)
 		if err != nil || resp.Allowed {
 			t.Fatalf("policy %s: %+v, %v; want a rejection", id, resp, err)
 		}
-		req.Release()
 	}
 	if n := len(rec.Session().Exchanges); n != 1 {
 		t.Errorf("%d lists for two policies, want 1", n)

@@ -163,7 +163,7 @@ func TestPostProcess(t *testing.T) {
 }
 
 func TestValidationInput(t *testing.T) {
-	got := evalInput{request: json.RawMessage(`{"uid":"x"}`), settings: json.RawMessage(`{"a":1}`)}.validationRequest()
+	got := validationRequest(request{body: json.RawMessage(`{"uid":"x"}`)}, json.RawMessage(`{"a":1}`))
 	var v map[string]any
 	if err := json.Unmarshal(got, &v); err != nil {
 		t.Fatalf("invalid JSON %s: %v", got, err)

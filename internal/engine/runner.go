@@ -7,46 +7,32 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/wardenhq/warden/internal/jsontape"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
 // runner runs one policy module in its execution mode and speaks its
 // protocol. Implementations are safe for concurrent use.
 type runner interface {
-	// validate returns the policy's ValidationResponse, or the message of
-	// an internal-server-error rejection.
-	validate(ctx context.Context, host wasm.HostCaller, in evalInput) (*validationResponse, error)
+	// validate returns the policy's ValidationResponse to req with
+	// settings, or the message of an internal-server-error rejection.
+	validate(ctx context.Context, host wasm.HostCaller, req request, settings json.RawMessage) (*validationResponse, error)
 	// validateSettings returns the policy's verdict on settings.
 	validateSettings(ctx context.Context, host wasm.HostCaller, settings []byte) settingsValidationResponse
 	close(ctx context.Context)
 }
 
-// evalInput is what one evaluation hands a runner.
-type evalInput struct {
-	// request is the AdmissionRequest as received, or any JSON value for a
-	// raw request.
-	request json.RawMessage
-	// tape, when set, is a parse of the text holding request, at node:
-	// a runner that reads the request can use it instead of parsing it.
-	tape     *jsontape.Tape
-	node     int32
-	settings json.RawMessage
-	raw      bool
-}
-
 // validationRequest is the ValidationRequest handed to waPC and WASI
 // policies: {"request": <request as received>, "settings": <settings>}.
-func (in evalInput) validationRequest() []byte {
-	size := len(`{"request":,"settings":}`) + len(in.request) + len(in.settings)
-	return in.appendValidationRequest(make([]byte, 0, size))
+func validationRequest(req request, settings json.RawMessage) []byte {
+	size := len(`{"request":,"settings":}`) + len(req.body) + len(settings)
+	return appendValidationRequest(make([]byte, 0, size), req, settings)
 }
 
-func (in evalInput) appendValidationRequest(b []byte) []byte {
+func appendValidationRequest(b []byte, req request, settings json.RawMessage) []byte {
 	b = append(b, `{"request":`...)
-	b = append(b, in.request...)
+	b = append(b, req.body...)
 	b = append(b, `,"settings":`...)
-	b = append(b, in.settings...)
+	b = append(b, settings...)
 	return append(b, '}')
 }
 
@@ -62,9 +48,9 @@ const maxPooledRequest = 64 << 10
 // (docs/compatibility.md#wapc-protocol).
 type wapcRunner struct{ w *wasm.Wapc }
 
-func (r wapcRunner) validate(ctx context.Context, host wasm.HostCaller, in evalInput) (*validationResponse, error) {
+func (r wapcRunner) validate(ctx context.Context, host wasm.HostCaller, req request, settings json.RawMessage) (*validationResponse, error) {
 	buf := requestBuffers.Get().(*[]byte)
-	*buf = in.appendValidationRequest((*buf)[:0])
+	*buf = appendValidationRequest((*buf)[:0], req, settings)
 	out, err := r.w.Call(ctx, host, "validate", *buf)
 	if cap(*buf) <= maxPooledRequest {
 		requestBuffers.Put(buf)
@@ -110,8 +96,8 @@ type wasiRunner struct {
 	onWarn func(ctx context.Context, op, stderr string)
 }
 
-func (r wasiRunner) validate(ctx context.Context, host wasm.HostCaller, in evalInput) (*validationResponse, error) {
-	res, err := r.pool.Run(ctx, host, in.validationRequest())
+func (r wasiRunner) validate(ctx context.Context, host wasm.HostCaller, req request, settings json.RawMessage) (*validationResponse, error) {
+	res, err := r.pool.Run(ctx, host, validationRequest(req, settings))
 	if err != nil {
 		var exit *wasm.ExitError
 		if errors.As(err, &exit) {

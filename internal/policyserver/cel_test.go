@@ -3,6 +3,8 @@ package policyserver_test
 import (
 	"strings"
 	"testing"
+
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 )
 
 const celPolicies = `
@@ -31,13 +33,6 @@ pod-hardening:
     no_latest_tag: {module: builtin://cel, settings: {validations: [{expression: "object.spec.containers.all(c, !c.image.endsWith(':latest'))"}]}}
 `
 
-// celReview is a Pod CREATE named name with one container running image.
-func celReview(name, image string, labels map[string]string) []byte {
-	review := string(podReview("uid-c", "default", "CREATE", labels))
-	review = strings.Replace(review, `"name":"nginx","namespace"`, `"name":"`+name+`","namespace"`, -1)
-	return []byte(strings.Replace(review, `"image":"nginx"`, `"image":"`+image+`"`, 1))
-}
-
 func TestCELPolicies(t *testing.T) {
 	ts := startServer(t, testOptions(t, writePolicies(t, celPolicies)))
 	team := map[string]string{"team": "web"}
@@ -48,13 +43,13 @@ func TestCELPolicies(t *testing.T) {
 		message    string
 		code       int32
 	}{
-		{"accepts", "/validate/no-latest-images", celReview("web", "nginx:1.27", team), true, "", 0},
-		{"message", "/validate/no-latest-images", celReview("web", "nginx:latest", team), false, "images must not use the latest tag", 400},
-		{"message expression and reason", "/validate/no-latest-images", celReview("web", "nginx:1.27", map[string]string{"app": "web"}), false, "pod web has no team label", 403},
-		{"Kubewarden's cel-policy module runs natively", "/validate/kubewarden-cel-policy", celReview("forbidden", "nginx", team), false,
+		{"accepts", "/validate/no-latest-images", admissiontest.New(admissiontest.WithUID("uid-c"), admissiontest.WithName("web"), admissiontest.WithImage("nginx:1.27"), admissiontest.WithLabels(team)).JSON(), true, "", 0},
+		{"message", "/validate/no-latest-images", admissiontest.New(admissiontest.WithUID("uid-c"), admissiontest.WithName("web"), admissiontest.WithImage("nginx:latest"), admissiontest.WithLabels(team)).JSON(), false, "images must not use the latest tag", 400},
+		{"message expression and reason", "/validate/no-latest-images", admissiontest.New(admissiontest.WithUID("uid-c"), admissiontest.WithName("web"), admissiontest.WithImage("nginx:1.27"), admissiontest.WithLabels(map[string]string{"app": "web"})).JSON(), false, "pod web has no team label", 403},
+		{"Kubewarden's cel-policy module runs natively", "/validate/kubewarden-cel-policy", admissiontest.New(admissiontest.WithUID("uid-c"), admissiontest.WithName("forbidden"), admissiontest.WithImage("nginx"), admissiontest.WithLabels(team)).JSON(), false,
 			"failed expression: object.metadata.name != 'forbidden'", 400},
-		{"group of CEL members accepts", "/validate/pod-hardening", celReview("web", "nginx:latest", map[string]string{"team": "platform"}), true, "", 0},
-		{"group of CEL members rejects", "/validate/pod-hardening", celReview("web", "nginx:latest", team), false, "the pod does not follow the hardening rules", 0},
+		{"group of CEL members accepts", "/validate/pod-hardening", admissiontest.New(admissiontest.WithUID("uid-c"), admissiontest.WithName("web"), admissiontest.WithImage("nginx:latest"), admissiontest.WithLabels(map[string]string{"team": "platform"})).JSON(), true, "", 0},
+		{"group of CEL members rejects", "/validate/pod-hardening", admissiontest.New(admissiontest.WithUID("uid-c"), admissiontest.WithName("web"), admissiontest.WithImage("nginx:latest"), admissiontest.WithLabels(team)).JSON(), false, "the pod does not follow the hardening rules", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

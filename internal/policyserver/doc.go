@@ -24,9 +24,11 @@
 // (handlers.go). handleReview reads the body with Server.readJSON (media
 // type, size limit, and the budget of bodies held in memory at once),
 // decodes it once with admission.DecodeReview, opens the request's span,
-// and calls engine.Environment.Validate; it answers with
-// admission.NewReview, or through Server.evaluationError with 404 for an
-// unknown policy and 500 for an evaluation that failed. A policy's
+// and calls engine.Environment.Validate (handleRaw: admission.DecodeRawReview
+// and engine.Environment.ValidateRaw); neither reads the request's bytes
+// again. It answers with admission.NewReview, or through
+// Server.evaluationError with 404 for an unknown policy and 500 for an
+// evaluation that failed. A policy's
 // rejection is a normal 200 answer. /readiness, /policies and /metrics are
 // served on the readiness port (Server.Serve).
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/registry"
 
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyfetch"
 )
@@ -47,7 +48,7 @@ func TestRegistryModules(t *testing.T) {
 	opts.SourcesPath = sources
 	opts.DownloadDir = filepath.Join(dir, "store")
 	ts := startServer(t, opts)
-	if resp := ts.review(t, "/validate/labels", podReview("u1", "default", "CREATE", map[string]string{"forbidden": "x"})); resp.Allowed {
+	if resp := ts.review(t, "/validate/labels", admissiontest.New(admissiontest.WithUID("u1"), admissiontest.WithLabels(map[string]string{"forbidden": "x"})).JSON()); resp.Allowed {
 		t.Error("the policy pulled from the registry accepted a forbidden label")
 	}
 	u, _ := url.Parse(reg.URL)

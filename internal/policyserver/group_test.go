@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 )
 
 const groupPolicies = `
@@ -89,7 +90,7 @@ func TestPolicyGroups(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp := ts.review(t, tt.path, podReview("uid-1", "default", "CREATE", tt.labels))
+			resp := ts.review(t, tt.path, admissiontest.New(admissiontest.WithUID("uid-1"), admissiontest.WithLabels(tt.labels)).JSON())
 			if resp.UID != "uid-1" || resp.Allowed != tt.allowed || resp.Patch != nil {
 				t.Errorf("got uid %q allowed %v patch %s, want allowed %v", resp.UID, resp.Allowed, resp.Patch, tt.allowed)
 			}

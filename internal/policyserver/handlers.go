@@ -293,31 +293,21 @@ func (s *Server) handleReview(origin engine.Origin) http.HandlerFunc {
 	}
 }
 
-// spanRequest is what a span records of req. The resource and subresource
-// are not among the fields admission.Request decodes: they are read from the
-// raw request, only for a span that records them.
+// spanRequest is what a span records of req.
 func spanRequest(req *admission.Request) observability.SpanRequest {
-	var extra struct {
-		Resource struct {
-			Group    string `json:"group"`
-			Version  string `json:"version"`
-			Resource string `json:"resource"`
-		} `json:"resource"`
-		SubResource string `json:"subResource"`
-	}
-	_ = json.Unmarshal(req.Raw, &extra) // it decoded once already: the fields are there or absent
+	resource, subResource := req.Resource()
 	return observability.SpanRequest{
 		UID:             req.UID,
 		Name:            req.Name,
 		Namespace:       req.Namespace,
 		Operation:       req.Operation,
-		SubResource:     extra.SubResource,
+		SubResource:     subResource,
 		KindGroup:       req.Kind.Group,
 		KindVersion:     req.Kind.Version,
 		Kind:            req.Kind.Kind,
-		ResourceGroup:   extra.Resource.Group,
-		ResourceVersion: extra.Resource.Version,
-		Resource:        extra.Resource.Resource,
+		ResourceGroup:   resource.Group,
+		ResourceVersion: resource.Version,
+		Resource:        resource.Resource,
 	}
 }
 
@@ -328,10 +318,6 @@ func spanResponse(resp *admission.Response) observability.SpanResponse {
 		out.Code, out.Message = resp.Status.Code, resp.Status.Message
 	}
 	return out
-}
-
-type rawReview struct {
-	Request json.RawMessage `json:"request"`
 }
 
 type rawReviewResponse struct {
@@ -345,20 +331,17 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	var in rawReview
-	if err := json.Unmarshal(body, &in); err != nil {
+	req, err := admission.DecodeRawReview(body)
+	if err != nil {
 		decodeError(w, err)
 		return
 	}
-	if len(in.Request) == 0 {
-		decodeError(w, errors.New("missing field `request`"))
-		return
-	}
+	defer req.Release()
 	id := r.PathValue("id")
 	// Kubewarden's raw span records no request attributes.
 	ctx, span := s.tracing.Start(r.Context(), observability.SpanValidationRaw, id)
 	defer span.End()
-	resp, err := s.env.ValidateRaw(ctx, id, in.Request)
+	resp, err := s.env.ValidateRaw(ctx, id, req)
 	if err != nil {
 		s.evaluationError(w, r, id, err, span)
 		return

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 )
 
 // dialRaw opens a connection to the main listener (TLS) or to the readiness
@@ -62,7 +64,7 @@ func TestRequestBodyBudget(t *testing.T) {
 	opts.MaxInFlightBodyBytes = 2 << 20
 	opts.RequestReadTimeout = 10 * time.Minute // the bodies wait for the test, however slow
 	ts := startServer(t, opts)
-	review := podReview("u", "default", "CREATE", nil)
+	review := admissiontest.New(admissiontest.WithUID("u")).JSON()
 
 	// A body that declares 1 MiB holds 1 MiB from its first byte.
 	declaredBody := append(append([]byte{}, review...), bytes.Repeat([]byte(" "), int(opts.MaxRequestBodySize)-len(review))...)
@@ -187,7 +189,7 @@ func TestSlowRequestBodies(t *testing.T) {
 		post := func(path string) []byte {
 			t.Helper()
 			trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused }}
-			req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodPost, ts.base+path, bytes.NewReader(podReview("u", "default", "CREATE", nil)))
+			req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), http.MethodPost, ts.base+path, bytes.NewReader(admissiontest.New(admissiontest.WithUID("u")).JSON()))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/rego/regotest"
@@ -47,7 +48,7 @@ reserved-namespaces:
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp := ts.review(t, tt.path, podReview("uid-7", tt.namespace, "CREATE", tt.labels))
+			resp := ts.review(t, tt.path, admissiontest.New(admissiontest.WithUID("uid-7"), admissiontest.WithNamespace(tt.namespace), admissiontest.WithLabels(tt.labels)).JSON())
 			var msg string
 			var code int32
 			if resp.Status != nil {
@@ -82,12 +83,12 @@ labels:
 	// What Main sets up when there is no kubeconfig.
 	opts.HostCapabilities = hostcap.NewHost(hostcap.NewDirect(hostcap.Options{}))
 	ts := startServer(t, opts)
-	resp := ts.review(t, "/validate/unique", podReview("uid-8", "default", "CREATE", nil))
+	resp := ts.review(t, "/validate/unique", admissiontest.New(admissiontest.WithUID("uid-8")).JSON())
 	if resp.Allowed || resp.Status == nil || resp.Status.Code != 500 ||
 		resp.Status.Message != "cannot perform a request via callback channel: kube::Client was not initialized properly" {
 		t.Errorf("got %+v %+v", resp, resp.Status)
 	}
-	if resp := ts.review(t, "/validate/labels", podReview("uid-9", "default", "CREATE", nil)); !resp.Allowed {
+	if resp := ts.review(t, "/validate/labels", admissiontest.New(admissiontest.WithUID("uid-9")).JSON()); !resp.Allowed {
 		t.Errorf("the other policy: %+v %+v", resp, resp.Status)
 	}
 }

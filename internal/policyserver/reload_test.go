@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/engine"
 )
 
@@ -77,7 +78,7 @@ func setUpSymlinked(t *testing.T, doc string) string {
 // verdict sends a Pod with labels to a policy and says "accept", "reject",
 // or what went wrong.
 func (ts *testServer) verdict(policy string, labels map[string]string) string {
-	resp, err := ts.client.Post(ts.base+"/validate/"+policy, "application/json", bytes.NewReader(podReview("u", "default", "CREATE", labels)))
+	resp, err := ts.client.Post(ts.base+"/validate/"+policy, "application/json", bytes.NewReader(admissiontest.New(admissiontest.WithUID("u"), admissiontest.WithLabels(labels)).JSON()))
 	if err != nil {
 		return "error: " + err.Error()
 	}

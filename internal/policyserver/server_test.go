@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/logtest"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/pkitest"
@@ -166,19 +166,6 @@ func (ts *testServer) review(t *testing.T, path string, review []byte) *admissio
 	return out.Response
 }
 
-// podReview is an AdmissionReview for a Pod CREATE with the given labels.
-func podReview(uid, namespace, operation string, labels map[string]string) []byte {
-	object := "null"
-	if operation != "DELETE" {
-		l, _ := json.Marshal(labels)
-		object = fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"nginx","namespace":%q,"labels":%s},"spec":{"containers":[{"name":"nginx","image":"nginx"}]}}`, namespace, l)
-	}
-	return []byte(fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
-		"uid":%q,"kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
-		"requestKind":{"group":"","version":"v1","kind":"Pod"},"name":"nginx","namespace":%q,"operation":%q,
-		"userInfo":{"username":"alice"},"object":%s}}`, uid, namespace, operation, object))
-}
-
 const mainPolicies = `
 labels:
   module: {labels}
@@ -237,7 +224,7 @@ func TestEvaluation(t *testing.T) {
 	tests := []struct {
 		name        string
 		path        string
-		review      []byte
+		review      *admissiontest.Review
 		allowed     bool
 		message     string // exact status message, "" for no status
 		code        int32
@@ -245,39 +232,35 @@ func TestEvaluation(t *testing.T) {
 		wantCauses  []string
 		messageHead string // prefix match instead of exact
 	}{
-		{name: "accept", path: "/validate/labels", review: podReview("u1", "default", "CREATE", ok), allowed: true},
-		{name: "reject", path: "/validate/labels", review: podReview("u2", "default", "CREATE", bad), message: "label forbidden is denied"},
-		{name: "always-accept namespace", path: "/validate/labels", review: podReview("u3", "kube-system", "CREATE", bad), allowed: true},
-		{name: "custom message", path: "/validate/labels-custom-message", review: podReview("u4", "default", "CREATE", bad),
+		{name: "accept", path: "/validate/labels", review: admissiontest.New(admissiontest.WithUID("u1"), admissiontest.WithLabels(ok)), allowed: true},
+		{name: "reject", path: "/validate/labels", review: admissiontest.New(admissiontest.WithUID("u2"), admissiontest.WithLabels(bad)), message: "label forbidden is denied"},
+		{name: "always-accept namespace", path: "/validate/labels", review: admissiontest.New(admissiontest.WithUID("u3"), admissiontest.WithNamespace("kube-system"), admissiontest.WithLabels(bad)), allowed: true},
+		{name: "custom message", path: "/validate/labels-custom-message", review: admissiontest.New(admissiontest.WithUID("u4"), admissiontest.WithLabels(bad)),
 			message: "the platform team does not allow this", wantCauses: []string{"label forbidden is denied"}},
-		{name: "monitor accepts a rejection", path: "/validate/labels-monitor", review: podReview("u5", "default", "CREATE", bad), allowed: true},
-		{name: "audit ignores monitor mode", path: "/audit/labels-monitor", review: podReview("u6", "default", "CREATE", bad), message: "label forbidden is denied"},
-		{name: "mutation", path: "/validate/mutate", review: podReview("u7", "default", "CREATE", ok), allowed: true, wantPatch: true},
-		{name: "mutation not allowed", path: "/validate/mutate-not-allowed", review: podReview("u8", "default", "CREATE", ok), message: notAllowedToMutate},
-		{name: "audit returns the raw patch", path: "/audit/mutate-not-allowed", review: podReview("u9", "default", "CREATE", ok), allowed: true, wantPatch: true},
-		{name: "monitor drops the patch", path: "/validate/mutate-monitor", review: podReview("u10", "default", "CREATE", ok), allowed: true},
-		{name: "mutation of a DELETE", path: "/validate/mutate-delete", review: podReview("u11", "default", "DELETE", nil),
+		{name: "monitor accepts a rejection", path: "/validate/labels-monitor", review: admissiontest.New(admissiontest.WithUID("u5"), admissiontest.WithLabels(bad)), allowed: true},
+		{name: "audit ignores monitor mode", path: "/audit/labels-monitor", review: admissiontest.New(admissiontest.WithUID("u6"), admissiontest.WithLabels(bad)), message: "label forbidden is denied"},
+		{name: "mutation", path: "/validate/mutate", review: admissiontest.New(admissiontest.WithUID("u7"), admissiontest.WithLabels(ok)), allowed: true, wantPatch: true},
+		{name: "mutation not allowed", path: "/validate/mutate-not-allowed", review: admissiontest.New(admissiontest.WithUID("u8"), admissiontest.WithLabels(ok)), message: notAllowedToMutate},
+		{name: "audit returns the raw patch", path: "/audit/mutate-not-allowed", review: admissiontest.New(admissiontest.WithUID("u9"), admissiontest.WithLabels(ok)), allowed: true, wantPatch: true},
+		{name: "monitor drops the patch", path: "/validate/mutate-monitor", review: admissiontest.New(admissiontest.WithUID("u10"), admissiontest.WithLabels(ok)), allowed: true},
+		{name: "mutation of a DELETE", path: "/validate/mutate-delete", review: admissiontest.New(admissiontest.WithUID("u11"), admissiontest.WithOperation("DELETE"), admissiontest.WithObject("null")),
 			message: "Incoming object is null, which happens only with DELETE operations, but the policy is attempting a mutation. This is not allowed"},
-		{name: "wasi policy", path: "/validate/wasi-log", review: podReview("u12", "default", "CREATE", ok), allowed: true},
-		{name: "wasi policy rejects", path: "/validate/wasi-log", review: podReview("u13", "default", "CREATE", map[string]string{"reject": "true"}), message: "rejected by wasi-log"},
-		{name: "trap", path: "/validate/trap", review: podReview("u14", "default", "CREATE", ok), code: 500, messageHead: "internal server error: Guest call failure: "},
-		{name: "loop", path: "/validate/loop", review: podReview("u15", "default", "CREATE", ok), code: 500,
+		{name: "wasi policy", path: "/validate/wasi-log", review: admissiontest.New(admissiontest.WithUID("u12"), admissiontest.WithLabels(ok)), allowed: true},
+		{name: "wasi policy rejects", path: "/validate/wasi-log", review: admissiontest.New(admissiontest.WithUID("u13"), admissiontest.WithLabels(map[string]string{"reject": "true"})), message: "rejected by wasi-log"},
+		{name: "trap", path: "/validate/trap", review: admissiontest.New(admissiontest.WithUID("u14"), admissiontest.WithLabels(ok)), code: 500, messageHead: "internal server error: Guest call failure: "},
+		{name: "loop", path: "/validate/loop", review: admissiontest.New(admissiontest.WithUID("u15"), admissiontest.WithLabels(ok)), code: 500,
 			message: "Policy execution interrupted because it exceeded the allowed execution time"},
-		{name: "oom", path: "/validate/oom", review: podReview("u16", "default", "CREATE", ok), code: 500, messageHead: "internal server error: Guest call failure: "},
-		{name: "garbage", path: "/validate/garbage", review: podReview("u17", "default", "CREATE", ok), code: 500, messageHead: "internal server error: invalid response from policy: "},
-		{name: "wasi garbage", path: "/validate/wasi-garbage", review: podReview("u18", "default", "CREATE", ok), code: 500,
+		{name: "oom", path: "/validate/oom", review: admissiontest.New(admissiontest.WithUID("u16"), admissiontest.WithLabels(ok)), code: 500, messageHead: "internal server error: Guest call failure: "},
+		{name: "garbage", path: "/validate/garbage", review: admissiontest.New(admissiontest.WithUID("u17"), admissiontest.WithLabels(ok)), code: 500, messageHead: "internal server error: invalid response from policy: "},
+		{name: "wasi garbage", path: "/validate/wasi-garbage", review: admissiontest.New(admissiontest.WithUID("u18"), admissiontest.WithLabels(ok)), code: 500,
 			messageHead: "internal server error: Cannot deserialize policy validation response: "},
-		{name: "wasi exit 1", path: "/validate/wasi-fail", review: podReview("u19", "default", "CREATE", ok), code: 500, message: "internal server error: something went wrong"},
+		{name: "wasi exit 1", path: "/validate/wasi-fail", review: admissiontest.New(admissiontest.WithUID("u19"), admissiontest.WithLabels(ok)), code: 500, message: "internal server error: something went wrong"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp := ts.review(t, tt.path, tt.review)
-			var in struct {
-				Request struct{ UID string } `json:"request"`
-			}
-			_ = json.Unmarshal(tt.review, &in)
-			if resp.UID != in.Request.UID {
-				t.Errorf("uid = %q, want %q", resp.UID, in.Request.UID)
+			resp := ts.review(t, tt.path, tt.review.JSON())
+			if uid := tt.review.Decode(t).UID; resp.UID != uid {
+				t.Errorf("uid = %q, want %q", resp.UID, uid)
 			}
 			if resp.Allowed != tt.allowed {
 				t.Errorf("allowed = %v, want %v (%+v)", resp.Allowed, tt.allowed, resp.Status)
@@ -315,7 +298,7 @@ func TestEvaluation(t *testing.T) {
 	}
 
 	t.Run("the patch adds the label", func(t *testing.T) {
-		status, body := ts.post(t, "/validate/mutate", "application/json", podReview("p1", "default", "CREATE", ok))
+		status, body := ts.post(t, "/validate/mutate", "application/json", admissiontest.New(admissiontest.WithUID("p1"), admissiontest.WithLabels(ok)).JSON())
 		var raw struct {
 			Response struct {
 				Patch     string `json:"patch"`
@@ -339,6 +322,7 @@ func TestEvaluation(t *testing.T) {
 	})
 
 	t.Run("monitor mode logs what it would have done", func(t *testing.T) {
+		ts.review(t, "/validate/mutate-monitor", admissiontest.New(admissiontest.WithUID("m1"), admissiontest.WithLabels(ok)).JSON())
 		logs := ts.logs.String()
 		if !strings.Contains(logs, `msg="policy evaluation (monitor mode)" policy_id=mutate-monitor`) || !strings.Contains(logs, "mutated_object=") {
 			t.Errorf("no monitor-mode log with the mutated object:\n%s", logs)
@@ -357,6 +341,11 @@ func TestEvaluation(t *testing.T) {
 	})
 
 	t.Run("metrics", func(t *testing.T) {
+		// Its own evaluations: a rejection in a namespace of its own, counted
+		// once, a mutation in monitor mode, a failure.
+		ts.review(t, "/validate/labels", admissiontest.New(admissiontest.WithUID("x1"), admissiontest.WithNamespace("metrics"), admissiontest.WithLabels(bad)).JSON())
+		ts.review(t, "/validate/mutate-monitor", admissiontest.New(admissiontest.WithUID("x2"), admissiontest.WithLabels(ok)).JSON())
+		ts.review(t, "/validate/trap", admissiontest.New(admissiontest.WithUID("x3"), admissiontest.WithLabels(ok)).JSON())
 		resp, err := http.Get(ts.ready + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -364,9 +353,9 @@ func TestEvaluation(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, want := range []string{
-			`kubewarden_policy_evaluations_total{accepted="false",mutated="false",policy_mode="protect",policy_name="labels",request_origin="validate",resource_kind="Pod",resource_namespace="default",resource_request_operation="CREATE"} 1`,
+			`kubewarden_policy_evaluations_total{accepted="false",mutated="false",policy_mode="protect",policy_name="labels",request_origin="validate",resource_kind="Pod",resource_namespace="metrics",resource_request_operation="CREATE"} 1`,
 			`kubewarden_policy_evaluations_total{accepted="true",mutated="true",policy_mode="monitor",policy_name="mutate-monitor"`,
-			`kubewarden_policy_evaluations_total{accepted="false",error_code="500",mutated="false",policy_mode="protect",policy_name="loop"`,
+			`kubewarden_policy_evaluations_total{accepted="false",error_code="500",mutated="false",policy_mode="protect",policy_name="trap"`,
 			`kubewarden_policy_evaluation_latency_milliseconds_bucket{`,
 		} {
 			if !strings.Contains(string(body), want) {
@@ -380,7 +369,7 @@ func TestBadRequests(t *testing.T) {
 	opts := testOptions(t, writePolicies(t, "labels: {module: {labels}}\n"))
 	opts.MaxRequestBodySize = 16 << 20
 	ts := startServer(t, opts)
-	valid := podReview("u", "default", "CREATE", nil)
+	valid := admissiontest.New(admissiontest.WithUID("u")).JSON()
 	big := append([]byte(`{"request":{"uid":"x","object":{"data":"`), bytes.Repeat([]byte("a"), 50<<20)...)
 	big = append(big, `"}}}`...)
 	tests := []struct {
@@ -442,7 +431,7 @@ func TestLoopingPolicyDoesNotBlockOthers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp := ts.review(t, "/validate/loop", podReview("loop", "default", "CREATE", nil))
+			resp := ts.review(t, "/validate/loop", admissiontest.New(admissiontest.WithUID("loop")).JSON())
 			if resp.Status == nil || !strings.Contains(resp.Status.Message, "exceeded the allowed execution time") {
 				t.Errorf("loop: %+v", resp.Status)
 			}
@@ -453,7 +442,7 @@ func TestLoopingPolicyDoesNotBlockOthers(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // let the loops start; correctness does not depend on it
 	for i := 0; i < 20; i++ {
-		if resp := ts.review(t, "/validate/labels", podReview("ok", "default", "CREATE", nil)); !resp.Allowed {
+		if resp := ts.review(t, "/validate/labels", admissiontest.New(admissiontest.WithUID("ok")).JSON()); !resp.Allowed {
 			t.Fatalf("labels: %+v", resp)
 		}
 	}
@@ -474,7 +463,9 @@ func TestShutdownInterruptsLoops(t *testing.T) {
 	opts := testOptions(t, writePolicies(t, "labels: {module: {labels}}\nloop: {module: {loop}, timeoutEvalSeconds: 600}\n"))
 	ts := startServer(t, opts)
 	loopAnswer := make(chan *admission.Response, 1)
-	go func() { loopAnswer <- ts.review(t, "/validate/loop", podReview("loop", "default", "CREATE", nil)) }()
+	go func() {
+		loopAnswer <- ts.review(t, "/validate/loop", admissiontest.New(admissiontest.WithUID("loop")).JSON())
+	}()
 	time.Sleep(200 * time.Millisecond) // let the loop start; correctness does not depend on it
 	stopped := make(chan struct{})
 	go func() {
@@ -559,20 +550,20 @@ bad-group: {expression: "a() && b()", message: m, policies: {a: {module: {labels
 `))
 	opts.ContinueOnErrors = true
 	ts := startServer(t, opts)
-	resp := ts.review(t, "/validate/bad-settings", podReview("u", "default", "CREATE", nil))
+	resp := ts.review(t, "/validate/bad-settings", admissiontest.New(admissiontest.WithUID("u")).JSON())
 	if resp.Allowed || resp.Status == nil || resp.Status.Code != 500 ||
 		resp.Status.Message != "Policy settings are invalid: denied_labels must be a list of strings" {
 		t.Errorf("broken policy answered %+v %+v", resp, resp.Status)
 	}
-	if resp := ts.review(t, "/validate/good", podReview("u", "default", "CREATE", map[string]string{"forbidden": "x"})); resp.Allowed {
+	if resp := ts.review(t, "/validate/good", admissiontest.New(admissiontest.WithUID("u"), admissiontest.WithLabels(map[string]string{"forbidden": "x"})).JSON()); resp.Allowed {
 		t.Error("the working policy stopped working")
 	}
-	resp = ts.review(t, "/validate/bad-group", podReview("u", "default", "CREATE", nil))
+	resp = ts.review(t, "/validate/bad-group", admissiontest.New(admissiontest.WithUID("u")).JSON())
 	if resp.Allowed || resp.Status == nil || resp.Status.Code != 500 ||
 		resp.Status.Message != "bad-group/b: settings not valid: Policy settings are invalid: denied_labels must be a list of strings" {
 		t.Errorf("broken group answered %+v %+v", resp, resp.Status)
 	}
-	if resp := ts.review(t, "/validate/bad-group/a", podReview("u", "default", "CREATE", nil)); !resp.Allowed {
+	if resp := ts.review(t, "/validate/bad-group/a", admissiontest.New(admissiontest.WithUID("u")).JSON()); !resp.Allowed {
 		t.Errorf("the group's working member answered %+v", resp.Status)
 	}
 	m, err := http.Get(ts.ready + "/metrics")
@@ -597,13 +588,13 @@ func TestMutualTLS(t *testing.T) {
 	opts.ClientCAFiles = []string{caFile}
 	ts := startServer(t, opts)
 
-	if _, err := ts.client.Post(ts.base+"/validate/labels", "application/json", bytes.NewReader(podReview("u", "d", "CREATE", nil))); err == nil {
+	if _, err := ts.client.Post(ts.base+"/validate/labels", "application/json", bytes.NewReader(admissiontest.New(admissiontest.WithUID("u"), admissiontest.WithNamespace("d")).JSON())); err == nil {
 		t.Error("a client without a certificate was served")
 	}
 	tr := ts.client.Transport.(*http.Transport).Clone()
 	tr.TLSClientConfig.Certificates = []tls.Certificate{clientCA.Client(t, "apiserver").TLSCertificate(t)}
 	ts.client = &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	if resp := ts.review(t, "/validate/labels", podReview("u", "d", "CREATE", nil)); !resp.Allowed {
+	if resp := ts.review(t, "/validate/labels", admissiontest.New(admissiontest.WithUID("u"), admissiontest.WithNamespace("d")).JSON()); !resp.Allowed {
 		t.Errorf("client with a certificate: %+v", resp)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/observability/otlptest"
 )
 
@@ -49,11 +50,12 @@ func TestTracingSpans(t *testing.T) {
 			ts := startServer(t, opts)
 
 			bad := map[string]string{"forbidden": "yes"}
-			ts.review(t, "/validate/labels", podReview("uid-reject", "default", "CREATE", bad))
-			ts.review(t, "/validate/labels-monitor", podReview("uid-monitor", "default", "CREATE", bad))
-			ts.review(t, "/audit/labels", podReview("uid-audit", "", "CREATE", nil))
+			ts.review(t, "/validate/labels", admissiontest.New(admissiontest.WithUID("uid-reject"), admissiontest.WithSubResource("ephemeralcontainers"),
+				admissiontest.WithLabels(bad)).JSON())
+			ts.review(t, "/validate/labels-monitor", admissiontest.New(admissiontest.WithUID("uid-monitor"), admissiontest.WithLabels(bad)).JSON())
+			ts.review(t, "/audit/labels", admissiontest.New(admissiontest.WithUID("uid-audit"), admissiontest.WithNamespace("")).JSON())
 			ts.review(t, "/validate_raw/raw", []byte(`{"request":{"uid":"r1","resource":"banana"}}`))
-			if status, body := ts.post(t, "/validate/missing", "application/json", podReview("uid-404", "default", "CREATE", nil)); status != http.StatusNotFound {
+			if status, body := ts.post(t, "/validate/missing", "application/json", admissiontest.New(admissiontest.WithUID("uid-404")).JSON()); status != http.StatusNotFound {
 				t.Fatalf("unknown policy: %d %s", status, body)
 			}
 			if status, body := ts.post(t, "/validate/labels", "application/json", []byte(`{`)); status != http.StatusBadRequest {
@@ -98,8 +100,8 @@ func TestTracingSpans(t *testing.T) {
 			}{
 				{
 					description: "rejected", name: "validation",
-					attrs: with(pod("uid-reject", "default"), "policy_id", "labels", "allowed", false, "mutated", false,
-						"response_message", "label forbidden is denied"),
+					attrs: with(pod("uid-reject", "default"), "subresource", "ephemeralcontainers", "policy_id", "labels", "allowed", false,
+						"mutated", false, "response_message", "label forbidden is denied"),
 					child: evaluation("labels", "protect", "validate", false),
 				},
 				{

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/engine"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/policybuild"
@@ -157,14 +158,10 @@ func (p docPod) request(t *testing.T) *admission.Request {
 		meta += `,"labels":` + p.labels
 	}
 	meta += "}"
-	doc := fmt.Sprintf(`{"uid":"docs","kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},`+
-		`"name":"web","namespace":%q,"operation":"CREATE","object":{"apiVersion":"v1","kind":"Pod","metadata":%s,`+
-		`"spec":{"containers":[{"name":"c","image":%q,"securityContext":{"privileged":%t}}]}}}`, p.namespace, meta, p.image, p.privileged)
-	req, err := admission.DecodeRequest([]byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return req
+	pod := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":%s,"spec":{"containers":[{"name":"c","image":%q,"securityContext":{"privileged":%t}}]}}`,
+		meta, p.image, p.privileged)
+	return admissiontest.New(admissiontest.WithUID("docs"), admissiontest.WithName("web"), admissiontest.WithNamespace(p.namespace),
+		admissiontest.WithObject(pod)).Decode(t)
 }
 
 // docsAnswers are whether each policy of the docs' policies.yml (and each

@@ -137,7 +137,7 @@ func (s *session) Close(ctx context.Context) {
 // else an AdmissionRequest.
 func (s *session) evaluate(ctx context.Context, id string, req *admission.Request, raw json.RawMessage) (*admission.Response, error) {
 	if raw != nil {
-		return s.eng.ValidateRaw(ctx, id, raw)
+		return s.eng.ValidateRaw(ctx, id, admission.DecodeRawRequest(raw))
 	}
 	return s.eng.Validate(ctx, id, req, engine.OriginValidate)
 }

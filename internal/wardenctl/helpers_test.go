@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -17,6 +18,7 @@ import (
 
 	ggcr "github.com/google/go-containerregistry/pkg/registry"
 
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/pkitest"
 	"github.com/wardenhq/warden/internal/policybuild"
@@ -151,9 +153,8 @@ func startRegistry(t testing.TB) *testRegistry {
 	return &testRegistry{host: host, sources: sources}
 }
 
-// A pod and requests for it, with and without a label.
-const (
-	podYAML = `apiVersion: v1
+// podYAML is a pod with a label.
+const podYAML = `apiVersion: v1
 kind: Pod
 metadata:
   name: nginx
@@ -164,26 +165,28 @@ spec:
     - name: nginx
       image: nginx:1.27
 `
-	// requestWith is an AdmissionRequest for a pod with labels (a JSON
-	// object).
-	requestWith = `{
-  "uid": "u-1",
-  "kind": {"group": "", "version": "v1", "kind": "Pod"},
-  "resource": {"group": "", "version": "v1", "resource": "pods"},
-  "name": "nginx", "namespace": "default", "operation": "CREATE",
-  "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "nginx", "labels": %s}}
-}`
-)
 
-// requestFile writes an AdmissionRequest for a pod with labels (JSON) and
-// returns its path; review wraps it in an AdmissionReview.
+// podReview is the review of a request to create the Pod nginx, uid u-1,
+// with labels (a JSON object).
+func podReview(t testing.TB, labels string) *admissiontest.Review {
+	t.Helper()
+	var set map[string]string
+	if err := json.Unmarshal([]byte(labels), &set); err != nil {
+		t.Fatal(err)
+	}
+	return admissiontest.New(admissiontest.WithUID("u-1"), admissiontest.WithLabels(set))
+}
+
+// requestFile writes the AdmissionRequest of podReview(labels) and returns
+// its path; review writes the whole AdmissionReview.
 func requestFile(t testing.TB, labels string, review bool) string {
 	t.Helper()
-	doc := fmt.Sprintf(requestWith, labels)
+	r := podReview(t, labels)
+	doc := r.RequestJSON()
 	if review {
-		doc = `{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": ` + doc + `}`
+		doc = r.JSON()
 	}
-	return write(t, t.TempDir(), "request.json", doc)
+	return write(t, t.TempDir(), "request.json", string(doc))
 }
 
 func sha256Hex(b []byte) string {

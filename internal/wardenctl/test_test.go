@@ -11,8 +11,8 @@ import (
 func TestTestCommand(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "objects/pod.yaml", podYAML)
-	write(t, dir, "requests/forbidden.json", fmt.Sprintf(requestWith, `{"forbidden": "yes"}`))
-	write(t, dir, "requests/plain.json", fmt.Sprintf(requestWith, `{"app": "web"}`))
+	write(t, dir, "requests/forbidden.json", string(podReview(t, `{"forbidden": "yes"}`).RequestJSON()))
+	write(t, dir, "requests/plain.json", string(podReview(t, `{"app": "web"}`).RequestJSON()))
 	labels := policy(t, "labels")
 	mutate := policy(t, "mutate-labels")
 
