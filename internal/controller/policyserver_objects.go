@@ -133,6 +133,14 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 		mounts = append(mounts, corev1.VolumeMount{Name: "verification", MountPath: "/verification", ReadOnly: true})
 		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_VERIFICATION_CONFIG_PATH", Value: "/verification/verification.yml"})
 	}
+	if ps.Spec.SigstoreTrustConfig != "" {
+		volumes = append(volumes, corev1.Volume{Name: "sigstore-trust", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ps.Spec.SigstoreTrustConfig},
+			Items:                []corev1.KeyToPath{{Key: sigstoreTrustConfigKey, Path: sigstoreTrustConfigKey + ".json"}},
+		}}})
+		mounts = append(mounts, corev1.VolumeMount{Name: "sigstore-trust", MountPath: "/sigstore-trust", ReadOnly: true})
+		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_SIGSTORE_TRUST_CONFIG_PATH", Value: "/sigstore-trust/" + sigstoreTrustConfigKey + ".json"})
+	}
 	if ps.Spec.ImagePullSecret != "" {
 		volumes = append(volumes, corev1.Volume{Name: "imagepullsecret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: ps.Spec.ImagePullSecret,

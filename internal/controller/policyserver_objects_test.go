@@ -2,6 +2,7 @@ package controller
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -147,6 +148,52 @@ func TestStatefulSetPodSettings(t *testing.T) {
 			}
 			tc.check(t, spec, sts.Spec.Template.Annotations, env)
 		})
+	}
+}
+
+// A PolicyServer's verification config and sigstore trust config are its
+// ConfigMaps, mounted where the policy server's environment says, as
+// Kubewarden mounts them.
+func TestStatefulSetVerification(t *testing.T) {
+	ps := &policiesv1.PolicyServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec:       policiesv1.PolicyServerSpec{Image: "img", Replicas: 1, VerificationConfig: "verification", SigstoreTrustConfig: "trust"},
+	}
+	r := PolicyServerReconciler{Namespace: "warden"}
+	var sts appsv1.StatefulSet
+	r.desiredStatefulSet(&sts, ps, "1", false)
+	spec := &sts.Spec.Template.Spec
+	env := map[string]string{}
+	for _, e := range spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	for _, tc := range []struct{ volume, configMap, key, envName, path string }{
+		{"verification", "verification", "verification-config", "KUBEWARDEN_VERIFICATION_CONFIG_PATH", "/verification/verification.yml"},
+		{"sigstore-trust", "trust", "sigstore-trust-config", "KUBEWARDEN_SIGSTORE_TRUST_CONFIG_PATH", "/sigstore-trust/sigstore-trust-config.json"},
+	} {
+		if env[tc.envName] != tc.path {
+			t.Errorf("%s = %q, want %q", tc.envName, env[tc.envName], tc.path)
+		}
+		mount := mountOf(spec, tc.volume)
+		if mount == nil || !mount.ReadOnly || !strings.HasPrefix(tc.path, mount.MountPath+"/") {
+			t.Fatalf("mount %+v, want read-only at the directory of %s", mount, tc.path)
+		}
+		i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == tc.volume })
+		cm := spec.Volumes[i].ConfigMap
+		if cm == nil || cm.Name != tc.configMap || len(cm.Items) != 1 || cm.Items[0].Key != tc.key || mount.MountPath+"/"+cm.Items[0].Path != tc.path {
+			t.Errorf("volume %s: %+v, want key %s of ConfigMap %s at %s", tc.volume, spec.Volumes[i], tc.key, tc.configMap, tc.path)
+		}
+	}
+
+	ps.Spec.SigstoreTrustConfig = ""
+	r.desiredStatefulSet(&sts, ps, "1", false)
+	for _, e := range sts.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "KUBEWARDEN_SIGSTORE_TRUST_CONFIG_PATH" {
+			t.Error("a trust config path without spec.sigstoreTrustConfig")
+		}
+	}
+	if mountOf(&sts.Spec.Template.Spec, "sigstore-trust") != nil {
+		t.Error("a trust config mount without spec.sigstoreTrustConfig")
 	}
 }
 

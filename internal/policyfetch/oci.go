@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/errdef"
@@ -118,6 +119,49 @@ func (f *Fetcher) PushManifest(ctx context.Context, ref, mediaType string, manif
 		return "", fmt.Errorf("pushing %s: %w", r, describe(err, r.Registry, cred != auth.EmptyCredential))
 	}
 	return desc.Digest.String(), nil
+}
+
+// maxReferrers caps how many referrers Referrers returns.
+const maxReferrers = 1024
+
+// Referrers lists the manifests of repo (registry://host/repo or host/repo)
+// whose subject is the manifest subjectDigest and whose artifactType is
+// artifactType (all of them when empty): through the registry's referrers
+// API, or the referrers tag schema (the index tagged sha256-<hex>) when the
+// registry lacks the API, as the OCI distribution spec says. No referrer
+// is an empty list, not an error. Safe for concurrent use.
+func (f *Fetcher) Referrers(ctx context.Context, repo, subjectDigest, artifactType string) ([]ocispec.Descriptor, error) {
+	r, err := parseReference(repo)
+	if err != nil {
+		return nil, fmt.Errorf("listing the referrers of %s: %w", subjectDigest, err)
+	}
+	d, err := digest.Parse(subjectDigest)
+	if err != nil {
+		return nil, fmt.Errorf("listing the referrers of %s: %w", subjectDigest, err)
+	}
+	cred, err := f.credential(ctx, r.Host())
+	if err != nil {
+		return nil, fmt.Errorf("listing the referrers of %s: %w", subjectDigest, err)
+	}
+	var out []ocispec.Descriptor
+	err = f.onRegistry(ctx, r, func(repo *remote.Repository) error {
+		out = out[:0]
+		subject := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: d}
+		return repo.Referrers(ctx, subject, artifactType, func(page []ocispec.Descriptor) error {
+			if len(out)+len(page) > maxReferrers {
+				return fmt.Errorf("more than %d referrers", maxReferrers)
+			}
+			out = append(out, page...)
+			return nil
+		})
+	})
+	if errors.Is(err, errdef.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the referrers of %s/%s@%s: %w", r.Registry, r.Repository, subjectDigest, describe(err, r.Registry, cred != auth.EmptyCredential))
+	}
+	return out, nil
 }
 
 // manifest reads the manifest r names; its error is the cause alone.

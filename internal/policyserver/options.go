@@ -200,7 +200,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.VerificationPath, "verification-path", o.VerificationPath, "YAML file holding verification information (URIs, keys, annotations...): every module must then be a signed registry:// module")
 	fs.StringVar(&o.DockerConfigPath, "docker-config-json-path", o.DockerConfigPath, "Path to a Docker config.json-like path. Can be used to indicate registry authentication details")
 	fs.StringVar(&o.SigstoreCacheDir, "sigstore-cache-dir", o.SigstoreCacheDir, "Directory used to cache sigstore data (accepted and unused: Warden verifies signatures offline)")
-	fs.StringVar(&o.SigstoreTrust, "sigstore-trust-config", o.SigstoreTrust, "JSON-formatted file conforming to the ClientTrustConfig message in the Sigstore protobuf specs (accepted and unused: Warden verifies key and certificate signatures offline, never keyless ones)")
+	fs.StringVar(&o.SigstoreTrust, "sigstore-trust-config", o.SigstoreTrust, "JSON-formatted file conforming to the ClientTrustConfig message in the Sigstore protobuf specs: the Fulcio and Rekor keyless signatures are checked against, offline (Warden never fetches Sigstore's public trust root)")
 	fs.BoolVar(&o.EnableMetrics, "enable-metrics", o.EnableMetrics, "Export metrics over OTLP too (OTEL_EXPORTER_OTLP_* variables); /metrics is always served")
 	fs.IntVar(&o.MetricsPort, "metrics-port", o.MetricsPort, "Also serve /metrics on this plain HTTP port (0: only on the readiness port)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "Log level: trace, debug, info, warn, error")

@@ -448,26 +448,36 @@ func (r evaluationRecorder) RecordInitializationError(ctx context.Context, polic
 }
 
 // newVerifier returns the signature verifier of --verification-path, or nil
-// when it is not set. --sigstore-trust-config is accepted and unused: only
-// keyless requirements would need it, and Warden verifies offline.
+// when it is not set. Keyless signatures and Rekor bundles are checked
+// against the Sigstore trust root of --sigstore-trust-config, offline;
+// without it, the requirements that need one are never met, and the server
+// warns about them.
 func newVerifier(ctx context.Context, opts Options, logger *slog.Logger) (policyfetch.Verifier, error) {
-	if opts.SigstoreTrust != "" {
-		logger.WarnContext(ctx, "sigstore trust config ignored: signatures are verified offline, keyless ones never",
-			observability.KeyPath, opts.SigstoreTrust)
-	}
 	if opts.VerificationPath == "" {
+		if opts.SigstoreTrust != "" {
+			logger.WarnContext(ctx, "sigstore trust config unused: no verification config (--verification-path)",
+				observability.KeyPath, opts.SigstoreTrust)
+		}
 		return nil, nil
 	}
 	cfg, err := verify.LoadConfig(opts.VerificationPath)
 	if err != nil {
 		return nil, err
 	}
-	v, err := verify.New(cfg)
+	var vopts []verify.Option
+	if opts.SigstoreTrust != "" {
+		tr, err := verify.LoadTrustConfig(opts.SigstoreTrust)
+		if err != nil {
+			return nil, err
+		}
+		vopts = append(vopts, verify.WithTrustRoot(tr))
+	}
+	v, err := verify.New(cfg, vopts...)
 	if err != nil {
 		return nil, fmt.Errorf("verification config %s: %w", opts.VerificationPath, err)
 	}
-	if keyless := cfg.Keyless(); len(keyless) > 0 {
-		logger.WarnContext(ctx, "signature requirements that cannot be met offline: modules fail them",
+	if keyless := cfg.Keyless(); len(keyless) > 0 && opts.SigstoreTrust == "" {
+		logger.WarnContext(ctx, "signature requirements that need a sigstore trust root (--sigstore-trust-config): modules fail them",
 			observability.KeyPath, opts.VerificationPath, "requirements", keyless)
 	}
 	logger.InfoContext(ctx, "policy modules must be signed", observability.KeyPath, opts.VerificationPath)

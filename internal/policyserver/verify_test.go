@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyserver"
 	"github.com/wardenhq/warden/internal/verify"
@@ -73,16 +74,13 @@ func TestVerificationLoadsSignedModule(t *testing.T) {
 	sr := newSignedRegistry(t)
 	opts := sr.options(t, "labels: {module: "+sr.signed+", settings: {denied_labels: [forbidden]}}\n")
 	opts.VerificationPath = sr.verification
-	opts.SigstoreTrust = filepath.Join(t.TempDir(), "trust.json") // accepted, unused
+	opts.SigstoreTrust = verifytest.NewSigstore(t).TrustConfigFile(t) // key-based signatures do not need it
 	ts := startServer(t, opts)
-	if resp := ts.review(t, "/validate/labels", podReview("u1", "default", "CREATE", map[string]string{"forbidden": "x"})); resp.Allowed {
+	if resp := ts.review(t, "/validate/labels", admissiontest.New(admissiontest.WithUID("u1"), admissiontest.WithLabels(map[string]string{"forbidden": "x"})).JSON()); resp.Allowed {
 		t.Error("the signed policy accepted a forbidden label")
 	}
-	if resp := ts.review(t, "/validate/labels", podReview("u2", "default", "CREATE", map[string]string{"fine": "x"})); !resp.Allowed {
+	if resp := ts.review(t, "/validate/labels", admissiontest.New(admissiontest.WithUID("u2"), admissiontest.WithLabels(map[string]string{"fine": "x"})).JSON()); !resp.Allowed {
 		t.Errorf("the signed policy rejected a fine pod: %+v", resp.Status)
-	}
-	if !strings.Contains(ts.logs.String(), "sigstore trust config ignored") {
-		t.Errorf("no warning about --sigstore-trust-config:\n%s", ts.logs.String())
 	}
 }
 
@@ -140,15 +138,15 @@ func TestVerificationContinueOnErrors(t *testing.T) {
 	opts.VerificationPath = sr.verification
 	opts.ContinueOnErrors = true
 	ts := startServer(t, opts)
-	resp := ts.review(t, "/validate/unsigned", podReview("u1", "default", "CREATE", nil))
-	want := "fetching " + sr.unsigned + ": the module is not signed: no signature at " + sr.unsignedSignature
+	resp := ts.review(t, "/validate/unsigned", admissiontest.New(admissiontest.WithUID("u1")).JSON())
+	want := "fetching " + sr.unsigned + ": the module is not signed: no signature at " + sr.unsignedSignature + " and no Sigstore bundle refers to it"
 	if resp.Allowed || resp.Status == nil || resp.Status.Code != 500 || resp.Status.Message != want {
 		t.Errorf("the unsigned policy answered %+v %+v, want code 500 and %q", resp, resp.Status, want)
 	}
-	if resp := ts.review(t, "/validate/signed", podReview("u2", "default", "CREATE", map[string]string{"forbidden": "x"})); resp.Allowed {
+	if resp := ts.review(t, "/validate/signed", admissiontest.New(admissiontest.WithUID("u2"), admissiontest.WithLabels(map[string]string{"forbidden": "x"})).JSON()); resp.Allowed {
 		t.Error("the signed policy accepted a forbidden label")
 	}
-	if resp := ts.review(t, "/validate/signed", podReview("u3", "default", "CREATE", nil)); !resp.Allowed {
+	if resp := ts.review(t, "/validate/signed", admissiontest.New(admissiontest.WithUID("u3")).JSON()); !resp.Allowed {
 		t.Errorf("the signed policy rejected a fine pod: %+v", resp.Status)
 	}
 }

@@ -81,10 +81,12 @@ func SignaturePayload(repository, manifestDigest string, annotations map[string]
 
 // sigLayer is one signature read from a signature artifact.
 type sigLayer struct {
-	index   int
-	payload []byte
-	sig     []byte // decoded; nil when the annotation is missing or not base64
-	bundle  bool
+	index       int
+	payload     []byte
+	sig         []byte // decoded; nil when the annotation is missing or not base64
+	cert        string // PEM certificate of a keyless or certificate signature
+	chain       string // PEM chain of cert
+	rekorBundle string // cosign's Rekor bundle (JSON)
 }
 
 // readSignatures reads the cosign signatures of manifest digest in repo
@@ -120,7 +122,9 @@ func readSignatures(ctx context.Context, f *policyfetch.Fetcher, repo, digest st
 				sl.sig = b
 			}
 		}
-		_, sl.bundle = l.Annotations[AnnotationBundle]
+		sl.cert = l.Annotations[AnnotationCertificate]
+		sl.chain = l.Annotations[AnnotationChain]
+		sl.rekorBundle = l.Annotations[AnnotationBundle]
 		if l.Size > maxPayloadBytes {
 			sl.sig = nil // never read, never trusted
 			layers = append(layers, sl)

@@ -17,9 +17,17 @@
 // What is checked offline: pubKey (ECDSA, RSA PKCS#1 v1.5, Ed25519; SHA-256)
 // and certificate, a Warden extension (the key of a given X.509 code-signing
 // certificate, valid now, optionally chained to a given chain). Keyless
-// requirements (genericIssuer, githubAction) and requireRekorBundle are
-// parsed but never met: they need Sigstore's Fulcio and Rekor trust root,
-// which Warden does not fetch or use; the error says so.
+// requirements (genericIssuer, githubAction) and requireRekorBundle need a
+// Sigstore trust root (LoadTrustConfig reads a ClientTrustConfig; give it
+// with WithTrustRoot), never fetched: without one they are never met, and
+// the error says so. With one, sigstore-go checks each keyless signature,
+// both cosign's signature layers with a certificate (turned into a v0.1
+// bundle) and the Sigstore v0.3 bundles attached to the manifest as OCI
+// referrers (cosign v3): its certificate chains to a Fulcio authority of
+// the trust root at the time a Rekor log of the trust root recorded it, and
+// that log's entry verifies and records it; then the certificate's OIDC
+// issuer and subject are matched as Kubewarden matches them
+// (docs/compatibility.md#keyless-signatures).
 //
 // A Verifier is a policyfetch.Verifier: given to policyfetch.Options, it
 // runs between reading a module's manifest and reading its layer, so an

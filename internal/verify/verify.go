@@ -11,31 +11,38 @@ import (
 	"strings"
 	"time"
 
+	sgverify "github.com/sigstore/sigstore-go/pkg/verify"
 	"github.com/sigstore/sigstore/pkg/signature"
 	"github.com/sigstore/sigstore/pkg/signature/payload"
 
 	"github.com/wardenhq/warden/internal/policyfetch"
 )
 
-// Why keyless requirements fail: said once, used in every message.
-const (
-	keylessUnsupported = "keyless signatures need Sigstore's Fulcio and Rekor trust root, which Warden does not use (it verifies offline): use pubKey or certificate"
-	rekorUnsupported   = "requireRekorBundle needs Rekor's public key to check the bundle, which Warden does not use (it verifies offline)"
-)
-
 // Verifier checks modules against a Config. It implements
 // policyfetch.Verifier. It holds no state between calls and is safe for
 // concurrent use.
 type Verifier struct {
-	cfg *Config
-	now func() time.Time
+	cfg   *Config
+	trust *TrustRoot
+	sg    *sgverify.Verifier // checks keyless signatures against trust
+	now   func() time.Time
+}
+
+// Option configures a Verifier.
+type Option func(*Verifier)
+
+// WithTrustRoot makes the Verifier check keyless signatures (genericIssuer
+// and githubAction requirements) and Rekor bundles (requireRekorBundle)
+// against t. Without it they are never met.
+func WithTrustRoot(t *TrustRoot) Option {
+	return func(v *Verifier) { v.trust = t }
 }
 
 // New returns a Verifier for cfg. A cfg built in Go rather than by
 // ParseConfig, LoadConfig or KeyConfig is checked, and its keys and
 // certificates parsed, now; errors name the field. cfg must not be modified
 // afterwards.
-func New(cfg *Config) (*Verifier, error) {
+func New(cfg *Config, opts ...Option) (*Verifier, error) {
 	if cfg == nil {
 		return nil, errors.New("verify: no config")
 	}
@@ -44,7 +51,22 @@ func New(cfg *Config) (*Verifier, error) {
 			return nil, err
 		}
 	}
-	return &Verifier{cfg: cfg, now: time.Now}, nil
+	v := &Verifier{cfg: cfg, now: time.Now}
+	for _, o := range opts {
+		o(v)
+	}
+	if v.trust != nil {
+		// A keyless signature must be recorded in a Rekor log of the
+		// trust root, and dated by that log's entry or by a timestamping
+		// authority of the trust root (Rekor v2 entries carry no time);
+		// its certificate must be valid at that date.
+		sg, err := sgverify.NewVerifier(v.trust.material, sgverify.WithTransparencyLog(1), sgverify.WithObserverTimestamps(1))
+		if err != nil {
+			return nil, fmt.Errorf("sigstore trust root: %w", err)
+		}
+		v.sg = sg
+	}
+	return v, nil
 }
 
 // Result tells what Verify found.
@@ -97,15 +119,15 @@ func (v *Verifier) VerifyModule(ctx context.Context, f *policyfetch.Fetcher, t p
 }
 
 func (v *Verifier) check(ctx context.Context, f *policyfetch.Fetcher, t policyfetch.Target) (*Result, error) {
-	layers, err := readSignatures(ctx, f, t.Repository, t.ManifestDigest)
+	sigs, err := v.readAll(ctx, f, t)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{URI: t.URI, ManifestDigest: t.ManifestDigest, Signatures: len(layers)}
+	res := &Result{URI: t.URI, ManifestDigest: t.ManifestDigest, Signatures: len(sigs.layers) + len(sigs.bundles)}
 	var failed []string
 	for i := range v.cfg.AllOf {
 		s := &v.cfg.AllOf[i]
-		if why := v.unmet(s, layers, t.ManifestDigest); why != "" {
+		if why := v.unmet(s, sigs, t.ManifestDigest); why != "" {
 			failed = append(failed, s.describe()+": "+why)
 			continue
 		}
@@ -118,7 +140,7 @@ func (v *Verifier) check(ctx context.Context, f *policyfetch.Fetcher, t policyfe
 		)
 		for i := range a.Signatures {
 			s := &a.Signatures[i]
-			if why := v.unmet(s, layers, t.ManifestDigest); why != "" {
+			if why := v.unmet(s, sigs, t.ManifestDigest); why != "" {
 				whys = append(whys, s.describe()+": "+why)
 				continue
 			}
@@ -130,43 +152,100 @@ func (v *Verifier) check(ctx context.Context, f *policyfetch.Fetcher, t policyfe
 		}
 	}
 	if len(failed) > 0 {
+		if sigs.bundlesErr != nil {
+			failed = append(failed, sigs.bundlesErr.Error())
+		}
 		return nil, fmt.Errorf("%w: %s", ErrNotTrusted, strings.Join(failed, "; "))
 	}
 	return res, nil
 }
 
+// signatures are the signatures of a module.
+type signatures struct {
+	layers  []sigLayer    // cosign's signature layers
+	bundles []*keylessSig // Sigstore bundles attached as referrers
+	keyless []*keylessSig // the layers with a certificate, and the bundles
+
+	bundlesErr error // why the bundles could not be read, when the layers could
+}
+
+// readAll reads the signatures of t: the cosign signature layers, and the
+// Sigstore bundles attached to it as referrers. Finding neither is
+// ErrNotSigned.
+func (v *Verifier) readAll(ctx context.Context, f *policyfetch.Fetcher, t policyfetch.Target) (*signatures, error) {
+	layers, err := readSignatures(ctx, f, t.Repository, t.ManifestDigest)
+	if err != nil && !errors.Is(err, ErrNotSigned) {
+		return nil, err
+	}
+	notSigned := err
+	bundles, err := readBundles(ctx, f, t.Repository, t.ManifestDigest)
+	if err != nil && notSigned != nil {
+		return nil, err
+	}
+	if notSigned != nil && len(bundles) == 0 {
+		return nil, fmt.Errorf("%w and no Sigstore bundle refers to it", notSigned)
+	}
+	// A registry that fails to list referrers does not hide the
+	// signature layers; the error explains a failure.
+	sigs := &signatures{layers: layers, bundles: bundles, bundlesErr: err}
+	if len(v.cfg.Keyless()) > 0 {
+		for _, l := range layers {
+			if l.cert != "" {
+				sigs.keyless = append(sigs.keyless, keylessLayer(l))
+			}
+		}
+		sigs.keyless = append(sigs.keyless, bundles...)
+	}
+	return sigs, nil
+}
+
 // unmet returns why no signature meets s, or "" when one does.
-func (v *Verifier) unmet(s *Signature, layers []sigLayer, digest string) string {
+func (v *Verifier) unmet(s *Signature, sigs *signatures, digest string) string {
 	switch s.Kind {
 	case KindGenericIssuer, KindGitHubAction:
-		return keylessUnsupported
+		return v.unmetKeyless(s, sigs.keyless, digest)
 	case KindCertificate:
-		if s.RequireRekorBundle {
-			return rekorUnsupported
-		}
 		if err := v.checkCertificate(s); err != nil {
 			return err.Error()
 		}
+		if s.RequireRekorBundle {
+			// Only signature layers carry cosign's Rekor bundle.
+			layersOnly := &signatures{layers: sigs.layers}
+			if why := v.unmet(&Signature{Kind: KindCertificate, cert: s.cert, key: s.key, Annotations: s.Annotations}, layersOnly, digest); why != "" {
+				return why
+			}
+			return v.unmetRekor(s, sigs.layers, digest)
+		}
 	}
 	best, why := -1, ""
-	for _, l := range layers {
+	consider := func(rank int, w string) {
+		if rank > best {
+			best, why = rank, w
+		}
+	}
+	for _, l := range sigs.layers {
 		rank, w := checkLayer(s.key, l, digest, s.Annotations)
 		if rank == rankMet {
 			return ""
 		}
-		if rank > best {
-			best, why = rank, w
+		consider(rank, w)
+	}
+	for _, b := range sigs.bundles {
+		rank, w := checkKeyBundle(s.key, b, digest, s.Annotations)
+		if rank == rankMet {
+			return ""
 		}
+		consider(rank, w)
 	}
 	if best <= rankBadSignature {
 		with := "this key (signed with another key, or altered)"
 		if s.Kind == KindCertificate {
 			with = "the certificate's key"
 		}
-		if len(layers) == 1 {
-			return "its signature does not verify with " + with
+		if n := len(sigs.layers) + len(sigs.bundles); n != 1 {
+			return fmt.Sprintf("none of its %d signatures verifies with %s", n, with)
 		}
-		return fmt.Sprintf("none of its %d signatures verifies with %s", len(layers), with)
+		return "its signature does not verify with " + with
 	}
 	return why
 }
@@ -175,6 +254,7 @@ func (v *Verifier) unmet(s *Signature, layers []sigLayer, digest string) string 
 // explains a failure.
 const (
 	rankBadSignature  = iota // no signature, or one that does not verify
+	rankIdentity             // keyless, trusted, signed by someone else
 	rankBadPayload           // signed, but not a cosign image signature
 	rankOtherManifest        // signed, for another manifest
 	rankAnnotations          // signed for this manifest, annotations differ
@@ -200,12 +280,7 @@ func checkLayer(key signature.Verifier, l sigLayer, digest string, want map[stri
 	if got := p.Critical.Image.DockerManifestDigest; got != digest {
 		return rankOtherManifest, fmt.Sprintf("signature %d verifies, but it signs manifest %s, not %s", l.index+1, got, digest)
 	}
-	keys := make([]string, 0, len(want))
-	for k := range want {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range sortedKeys(want) {
 		got, ok := p.Optional[k]
 		if !ok {
 			return rankAnnotations, fmt.Sprintf("signature %d verifies, but it has no annotation %s (want %q)", l.index+1, k, want[k])
@@ -262,10 +337,10 @@ func (v *Verifier) checkCertificate(s *Signature) error {
 	return nil
 }
 
-// Keyless lists the requirements of cfg that cannot be met offline
+// Keyless lists the requirements of cfg that need a Sigstore trust root
 // (keyless kinds, and certificates that require a Rekor bundle), as
-// "allOf[0] (githubAction, owner kubewarden)". The policy server warns
-// about them at start.
+// "allOf[0] (githubAction, owner kubewarden)". Without WithTrustRoot they
+// are never met; the policy server warns about them at start.
 func (c *Config) Keyless() []string {
 	var out []string
 	visit := func(sigs []Signature) {

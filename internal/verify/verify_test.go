@@ -228,7 +228,7 @@ func TestRefused(t *testing.T) {
 			name: "keyless requirement", config: "allOf:\n- {kind: githubAction, owner: kubewarden}\n", is: verify.ErrNotTrusted,
 			prepare: func(t *testing.T, m module) string {
 				verifytest.Sign(t, fx.pub, m.uri, alice, nil)
-				return "signature verification failed: allOf[0] (githubAction, owner kubewarden): keyless signatures need Sigstore's Fulcio and Rekor trust root, which Warden does not use (it verifies offline): use pubKey or certificate"
+				return "signature verification failed: allOf[0] (githubAction, owner kubewarden): keyless signatures need a Sigstore trust root (--sigstore-trust-config, or the PolicyServer's spec.sigstoreTrustConfig), which Warden never fetches"
 			},
 		},
 		{
@@ -275,7 +275,7 @@ func TestAnyOfMinimumMatches(t *testing.T) {
 		{name: "2 of 4", config: anyOf(2, "")},
 		{name: "3 of 4", config: anyOf(3, ""), wantErr: "signature verification failed: anyOf: 2 of the minimumMatches 3 met (" +
 			"anyOf.signatures[2] (pubKey, owner c): none of its 2 signatures verifies with this key (signed with another key, or altered); " +
-			"anyOf.signatures[3] (genericIssuer, issuer https://github.com/login/oauth, subject alice@example.com): keyless signatures need Sigstore's Fulcio and Rekor trust root"},
+			"anyOf.signatures[3] (genericIssuer, issuer https://github.com/login/oauth, subject alice@example.com): keyless signatures need a Sigstore trust root"},
 		{name: "allOf and anyOf", config: anyOf(2, "allOf:\n- {kind: pubKey, key: "+quoted(a.PublicPEM)+"}\n")},
 		{name: "allOf fails, anyOf holds", config: anyOf(1, "allOf:\n- {kind: pubKey, key: "+quoted(c.PublicPEM)+"}\n"),
 			wantErr: "signature verification failed: allOf[0] (pubKey): none of its 2 signatures verifies with this key"},
@@ -334,7 +334,7 @@ func TestCertificate(t *testing.T) {
 		{name: "expired", signer: expired, config: cert(expired, ""), wantErr: "the certificate expired at "},
 		{name: "not for code signing", signer: notCodeSigning, config: cert(notCodeSigning, ""), wantErr: "the certificate is not for code signing (extended key usage)"},
 		{name: "rekor bundle required", signer: signer, config: cert(signer, "  requireRekorBundle: true\n"),
-			wantErr: "requireRekorBundle needs Rekor's public key to check the bundle, which Warden does not use (it verifies offline)"},
+			wantErr: "requireRekorBundle needs a Sigstore trust root with Rekor's public key (--sigstore-trust-config, or the PolicyServer's spec.sigstoreTrustConfig)"},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -272,16 +272,19 @@ const verificationKeyPlaceholder = "REPLACE-WITH-YOUR-PUBLIC-KEY"
 // with the default location of the file for %[1]s: a config Warden can
 // satisfy once the placeholder is replaced. kwctl prints one that requires
 // the keyless signatures of the kubewarden organization's GitHub Actions,
-// which Warden cannot verify; the header says so.
+// which Warden verifies only against a given trust root; the header says
+// so.
 const verificationConfigTemplate = `# Verification config (Kubewarden's verification.yml format): the cosign
 # signatures a policy must carry.
 #
-# Warden verifies signatures offline, made with a key pair: kind pubKey
-# (and Warden's kind certificate). Keyless signatures, kinds githubAction
-# and genericIssuer, are not supported: wardenctl refuses a config that
-# requires them. So kwctl's default config, which requires the keyless
-# signatures of the kubewarden organization's GitHub Actions, cannot be
-# used, and the policies Kubewarden publishes cannot be verified by Warden.
+# Warden verifies signatures offline. Signatures made with a key pair,
+# kind pubKey (and Warden's kind certificate), need nothing else. Keyless
+# signatures, kinds githubAction and genericIssuer, are checked against
+# the Sigstore trust root given with --sigstore-trust-config (a
+# ClientTrustConfig); Warden never fetches Sigstore's public one, and
+# without that flag wardenctl refuses a config that requires them. kwctl's
+# default config requires the keyless signatures of the kubewarden
+# organization's GitHub Actions; this one requires your key.
 #
 # Put your public key in place of ` + verificationKeyPlaceholder + `
 # (the lines of cosign.pub, from cosign generate-key-pair; sign a pushed
@@ -306,12 +309,12 @@ allOf:
 func (a *app) scaffoldVerificationConfigCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "verification-config",
-		Short: "Print a verification config template for key-based signatures (keyless is not supported)",
+		Short: "Print a verification config template for key-based signatures",
 		Long: "Print a verification config (Kubewarden's verification.yml format) that requires a cosign " +
 			"signature made with your key pair: replace the placeholder with your public key and save it to " +
 			"~/.config/kubewarden/verification-config.yml, which pull, run, bench and verify then read when no " +
 			"verification flag is given. Unlike kwctl's default, it does not require keyless signatures " +
-			"(githubAction, genericIssuer): Warden verifies offline and does not support them.",
+			"(githubAction, genericIssuer), which Warden checks only against --sigstore-trust-config.",
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			_, err := fmt.Fprintf(a.out, verificationConfigTemplate, a.defaultVerificationConfig())

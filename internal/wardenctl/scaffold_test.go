@@ -140,14 +140,14 @@ func TestScaffoldedRequestRuns(t *testing.T) {
 }
 
 // TestScaffoldVerificationConfig checks that the scaffolded config is one
-// Warden can satisfy: key-based, keyless named as unsupported, and, with a
+// Warden can satisfy: key-based, keyless named as needing a trust root, and, with a
 // key in place of the placeholder, a config wardenctl accepts.
 func TestScaffoldVerificationConfig(t *testing.T) {
 	e := newEnv(t)
 	r := e.mustRun("scaffold", "verification-config")
 	for _, want := range []string{
 		e.home + "/.config/kubewarden/verification-config.yml",
-		"Keyless signatures, kinds githubAction\n# and genericIssuer, are not supported",
+		"Keyless\n# signatures, kinds githubAction and genericIssuer, are checked against\n# the Sigstore trust root given with --sigstore-trust-config",
 		"--verification-config-path",
 	} {
 		if !strings.Contains(r.stdout, want) {

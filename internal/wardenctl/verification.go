@@ -15,15 +15,17 @@ import (
 )
 
 // VerificationOptions are kwctl's verification flags: the cosign signatures
-// a module must carry before pull, run, bench or verify accept it. Keys and
-// annotations build the requirements kwctl builds from them (every key must
-// have signed, each signature carrying every annotation); a
-// verification.yml gives any other requirements. When no flag is given, the
-// commands that take the flags read kwctl's default verification config,
+// a module must carry before pull, run, bench or verify accept it. Keys,
+// keyless identities (--cert-email with --cert-oidc-issuer, --github-owner
+// with --github-repo) and annotations build the requirements kwctl builds
+// from them (each key and identity must have signed, each signature
+// carrying every annotation); a verification.yml gives any other
+// requirements. When no flag is given, the commands that take the flags
+// read kwctl's default verification config,
 // ~/.config/kubewarden/verification-config.yml, when it exists, as kwctl
-// does. Keyless flags are not offered, and a verification.yml that needs
-// keyless signatures is refused when it is read: Warden verifies offline
-// (docs/verification.md).
+// does. Keyless signatures are checked offline against the trust root of
+// --sigstore-trust-config; without it, requirements of keyless signatures
+// are refused when they are read (docs/verification.md).
 type VerificationOptions struct {
 	// KeyPaths are PEM public key files (-k, repeatable).
 	KeyPaths []string
@@ -32,6 +34,15 @@ type VerificationOptions struct {
 	Annotations []string
 	// ConfigPath is a verification.yml.
 	ConfigPath string
+	// CertEmail and CertOIDCIssuer require a keyless signature by that
+	// email address, from that OIDC issuer.
+	CertEmail, CertOIDCIssuer string
+	// GitHubOwner and GitHubRepo require a keyless signature made in a
+	// GitHub Actions workflow of that owner (and repository).
+	GitHubOwner, GitHubRepo string
+	// TrustConfigPath is a Sigstore ClientTrustConfig: the Fulcio and
+	// Rekor keyless signatures are checked against.
+	TrustConfigPath string
 
 	// readsDefault is set by AddFlags: a command that takes the flags
 	// reads the default verification config when they ask for nothing.
@@ -55,35 +66,55 @@ func (a *app) defaultVerificationConfig() string {
 func (o *VerificationOptions) AddFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringArrayVarP(&o.KeyPaths, "verification-key", "k", nil, "Path to a PEM public key whose cosign signature the policy must carry (repeatable)")
-	f.StringArrayVarP(&o.Annotations, "verification-annotation", "a", nil, "key=value annotation the signatures must carry (repeatable; needs -k)")
+	f.StringArrayVarP(&o.Annotations, "verification-annotation", "a", nil, "key=value annotation the signatures must carry (repeatable; needs -k, --cert-email or --github-owner)")
 	f.StringVar(&o.ConfigPath, "verification-config-path", "", "YAML file of the signatures the policy must carry (verification.yml; default: ~/.config/kubewarden/verification-config.yml when it exists and no other verification flag is given)")
+	f.StringVar(&o.CertEmail, "cert-email", "", "Email address of the keyless signature's certificate the policy must carry (needs --cert-oidc-issuer)")
+	f.StringVar(&o.CertOIDCIssuer, "cert-oidc-issuer", "", "OIDC issuer of the keyless signature's certificate the policy must carry (needs --cert-email)")
+	f.StringVar(&o.GitHubOwner, "github-owner", "", "GitHub owner whose GitHub Actions workflow must have signed the policy, keylessly")
+	f.StringVar(&o.GitHubRepo, "github-repo", "", "GitHub repository of --github-owner whose workflow must have signed the policy")
+	f.StringVar(&o.TrustConfigPath, "sigstore-trust-config", "", "JSON file of a Sigstore ClientTrustConfig: the Fulcio and Rekor keyless signatures are checked against, offline (Warden never fetches Sigstore's public trust root)")
 	o.readsDefault = true
+}
+
+// fromFlags says whether flags, rather than a file, give requirements.
+func (o *VerificationOptions) fromFlags() bool {
+	return len(o.KeyPaths) > 0 || o.CertEmail != "" || o.GitHubOwner != ""
 }
 
 // Validate checks the flags without reading files.
 func (o *VerificationOptions) Validate() error {
-	if o.ConfigPath != "" && (len(o.KeyPaths) > 0 || len(o.Annotations) > 0) {
-		return &usageError{errors.New("--verification-config-path cannot be combined with -k/--verification-key or -a/--verification-annotation: put the keys and annotations in the file")}
+	if o.ConfigPath != "" && (o.fromFlags() || len(o.Annotations) > 0 || o.CertOIDCIssuer != "" || o.GitHubRepo != "") {
+		return &usageError{errors.New("--verification-config-path cannot be combined with -k/--verification-key, -a/--verification-annotation, --cert-email, --cert-oidc-issuer, --github-owner or --github-repo: put the requirements in the file")}
 	}
-	if len(o.Annotations) > 0 && len(o.KeyPaths) == 0 {
-		return &usageError{errors.New("-a/--verification-annotation needs at least one -k/--verification-key")}
+	if (o.CertEmail == "") != (o.CertOIDCIssuer == "") {
+		return &usageError{errors.New("--cert-email and --cert-oidc-issuer go together")}
+	}
+	if o.GitHubRepo != "" && o.GitHubOwner == "" {
+		return &usageError{errors.New("--github-repo needs --github-owner")}
+	}
+	if (o.CertEmail != "" || o.GitHubOwner != "") && o.TrustConfigPath == "" {
+		return &usageError{errors.New("--cert-email and --github-owner require keyless signatures, which are checked against a Sigstore trust root: give --sigstore-trust-config, a Sigstore ClientTrustConfig (Warden never fetches Sigstore's public one)")}
+	}
+	if len(o.Annotations) > 0 && !o.fromFlags() {
+		return &usageError{errors.New("-a/--verification-annotation needs at least one -k/--verification-key, --cert-email or --github-owner")}
 	}
 	_, err := parseAnnotations(o.Annotations, "-a/--verification-annotation")
 	return err
 }
 
 // verificationConfig loads the requirements of o, as kwctl does: those of
-// the -k and -a flags, else the --verification-config-path file, else, for
-// a command that takes the flags, the default verification config when it
-// exists. nil when there are none.
+// the -k, --cert-email, --github-owner and -a flags, else the
+// --verification-config-path file, else, for a command that takes the
+// flags, the default verification config when it exists. nil when there
+// are none.
 func (a *app) verificationConfig(o VerificationOptions) (*verify.Config, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
 	if o.ConfigPath != "" {
-		return a.loadVerificationConfig(o.ConfigPath, "verification config "+o.ConfigPath)
+		return a.loadVerificationConfig(o, o.ConfigPath, "verification config "+o.ConfigPath)
 	}
-	if len(o.KeyPaths) == 0 {
+	if !o.fromFlags() {
 		if !o.readsDefault {
 			return nil, nil
 		}
@@ -92,7 +123,7 @@ func (a *app) verificationConfig(o VerificationOptions) (*verify.Config, error) 
 			return nil, nil
 		}
 		a.logger().Info("no verification flag given: using the default verification config", "path", def)
-		return a.loadVerificationConfig(def, "the default verification config "+def)
+		return a.loadVerificationConfig(o, def, "the default verification config "+def)
 	}
 	ann, _ := parseAnnotations(o.Annotations, "") // checked by Validate
 	keys := make([]string, 0, len(o.KeyPaths))
@@ -107,7 +138,18 @@ func (a *app) verificationConfig(o VerificationOptions) (*verify.Config, error) 
 		}
 		keys = append(keys, string(b))
 	}
-	return verify.KeyConfig(keys, ann)
+	cfg := &verify.Config{}
+	for _, k := range keys {
+		cfg.AllOf = append(cfg.AllOf, verify.Signature{Kind: verify.KindPubKey, Key: k, Annotations: ann})
+	}
+	if o.CertEmail != "" {
+		cfg.AllOf = append(cfg.AllOf, verify.Signature{Kind: verify.KindGenericIssuer, Issuer: o.CertOIDCIssuer,
+			Subject: &verify.Subject{Equal: o.CertEmail}, Annotations: ann})
+	}
+	if o.GitHubOwner != "" {
+		cfg.AllOf = append(cfg.AllOf, verify.Signature{Kind: verify.KindGitHubAction, Owner: o.GitHubOwner, Repo: o.GitHubRepo, Annotations: ann})
+	}
+	return cfg, nil
 }
 
 // loadVerificationConfig reads the verification.yml at path; name is what
@@ -115,7 +157,7 @@ func (a *app) verificationConfig(o VerificationOptions) (*verify.Config, error) 
 // keyless signatures or Rekor bundles, is refused now, before any module is
 // fetched; requirements of anyOf that Warden cannot meet, while enough
 // others can, are warned about.
-func (a *app) loadVerificationConfig(path, name string) (*verify.Config, error) {
+func (a *app) loadVerificationConfig(o VerificationOptions, path, name string) (*verify.Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -127,37 +169,40 @@ func (a *app) loadVerificationConfig(path, name string) (*verify.Config, error) 
 		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	if o.TrustConfigPath != "" {
+		return cfg, nil
+	}
 	ignored, err := checkOffline(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	for _, s := range ignored {
-		a.logger().Warn("this requirement of anyOf can never be met by Warden, which verifies offline; the others must meet minimumMatches",
+		a.logger().Warn("this requirement of anyOf can never be met without --sigstore-trust-config; the others must meet minimumMatches",
 			"path", path, "requirement", s)
 	}
 	return cfg, nil
 }
 
 // keyBasedSigning is what errors about keyless requirements advise.
-const keyBasedSigning = "sign policies with a key (cosign sign --key, or wardenctl sign --key) and require them with kind pubKey; wardenctl scaffold verification-config prints a template"
+const keyBasedSigning = "give --sigstore-trust-config, a Sigstore ClientTrustConfig (Warden never fetches Sigstore's public trust root), or sign policies with a key (cosign sign --key, or wardenctl sign --key) and require them with kind pubKey; wardenctl scaffold verification-config prints a template"
 
-// offlineProblem says why Warden can never meet s, or "" when it can:
-// keyless kinds need Sigstore's Fulcio and Rekor, and a Rekor bundle needs
-// Rekor's key, none of which Warden uses.
+// offlineProblem says why Warden cannot meet s without a Sigstore trust
+// root, or "" when it can: keyless kinds need Fulcio's and Rekor's keys,
+// and a Rekor bundle needs Rekor's.
 func offlineProblem(s verify.Signature) string {
 	switch {
 	case s.Kind == verify.KindGitHubAction || s.Kind == verify.KindGenericIssuer:
-		return fmt.Sprintf("requires a keyless signature (kind %s), which Warden does not support: keyless signatures need Sigstore's Fulcio and Rekor, and Warden verifies offline", s.Kind)
+		return fmt.Sprintf("requires a keyless signature (kind %s), which needs a Sigstore trust root: Fulcio's certificate authority and Rekor's key", s.Kind)
 	case s.Kind == verify.KindCertificate && s.RequireRekorBundle:
-		return "requires a Rekor bundle (kind certificate, requireRekorBundle: true), which Warden does not support: it needs Rekor's public key, and Warden verifies offline"
+		return "requires a Rekor bundle (kind certificate, requireRekorBundle: true), which needs a Sigstore trust root: Rekor's key"
 	}
 	return ""
 }
 
-// checkOffline refuses a config that Warden can never satisfy: an allOf
-// requirement it cannot meet, or an anyOf of which it can meet fewer than
-// minimumMatches requirements. It returns the anyOf requirements it cannot
-// meet when enough others can.
+// checkOffline refuses a config that Warden can never satisfy without a
+// Sigstore trust root: an allOf requirement it cannot meet, or an anyOf of
+// which it can meet fewer than minimumMatches requirements. It returns the
+// anyOf requirements it cannot meet when enough others can.
 func checkOffline(cfg *verify.Config) (ignored []string, err error) {
 	for i, s := range cfg.AllOf {
 		if p := offlineProblem(s); p != "" {
@@ -174,7 +219,7 @@ func checkOffline(cfg *verify.Config) (ignored []string, err error) {
 		}
 	}
 	if met := len(cfg.AnyOf.Signatures) - len(problems); met < cfg.AnyOf.MinimumMatches {
-		return nil, fmt.Errorf("anyOf: Warden can meet %d of its signatures, fewer than minimumMatches %d (%s): %s",
+		return nil, fmt.Errorf("anyOf: without a Sigstore trust root, Warden can meet %d of its signatures, fewer than minimumMatches %d (%s): %s",
 			met, cfg.AnyOf.MinimumMatches, strings.Join(problems, "; "), keyBasedSigning)
 	}
 	return problems, nil
@@ -187,7 +232,15 @@ func (a *app) verifier(o VerificationOptions) (*verify.Verifier, error) {
 	if err != nil || cfg == nil {
 		return nil, err
 	}
-	return verify.New(cfg)
+	var opts []verify.Option
+	if o.TrustConfigPath != "" {
+		tr, err := verify.LoadTrustConfig(o.TrustConfigPath)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, verify.WithTrustRoot(tr))
+	}
+	return verify.New(cfg, opts...)
 }
 
 // notValidated words a fetch error that is a refused verification as
@@ -244,8 +297,11 @@ func (a *app) verifyCommand() *cobra.Command {
 		Short: "Check the cosign signatures of a policy in a registry",
 		Long: "Check, without pulling it, that a policy in an OCI registry (registry://host/repo:tag or " +
 			"@sha256:..., or host/repo:tag) carries the cosign signatures the verification flags require: " +
-			"one by each -k public key, each with every -a annotation, or those of a verification.yml " +
+			"one by each -k public key and keyless ones by --cert-email/--cert-oidc-issuer or --github-owner/--github-repo, " +
+			"each with every -a annotation, or those of a verification.yml " +
 			"(--verification-config-path; without any of these flags, ~/.config/kubewarden/verification-config.yml). " +
+			"Keyless signatures (Fulcio certificate and Rekor entry, or a Sigstore bundle attached as a referrer) are " +
+			"checked offline against --sigstore-trust-config. " +
 			"Exits 1 when it does not.",
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
@@ -257,7 +313,7 @@ func (a *app) verifyCommand() *cobra.Command {
 				return err
 			}
 			if v == nil {
-				return &usageError{fmt.Errorf("nothing to verify against: give -k/--verification-key or --verification-config-path, or write a verification config to %s (wardenctl scaffold verification-config)", a.defaultVerificationConfig())}
+				return &usageError{fmt.Errorf("nothing to verify against: give -k/--verification-key, --cert-email, --github-owner or --verification-config-path, or write a verification config to %s (wardenctl scaffold verification-config)", a.defaultVerificationConfig())}
 			}
 			remote := o.Remote
 			remote.Verification = VerificationOptions{} // Verify checks; the fetcher only reads

@@ -1,6 +1,7 @@
 package wardenctl
 
 import (
+	"context"
 	"crypto/elliptic"
 	"crypto/x509"
 	"encoding/pem"
@@ -273,7 +274,7 @@ func TestDefaultVerificationConfig(t *testing.T) {
 		{name: "run local file", defaultCfg: good, args: []string{"run", "-r", request, policy(t, "labels")}, code: 1, wantErr: "only registry:// modules carry signatures", logsUse: true},
 		{name: "inspect does not verify", defaultCfg: other, args: []string{"inspect", fx.signed}, stdout: `(?i)title`},
 		{name: "kwctl's default is refused", defaultCfg: kwctlDefaultConfig, args: []string{"pull", fx.signed}, code: 1,
-			wantErr: "the default verification config %s: allOf[0] requires a keyless signature (kind githubAction), which Warden does not support", logsUse: true},
+			wantErr: "the default verification config %s: allOf[0] requires a keyless signature (kind githubAction), which needs a Sigstore trust root", logsUse: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -310,17 +311,19 @@ func TestDefaultVerificationConfig(t *testing.T) {
 	}
 }
 
-// TestVerificationConfigKeyless checks that a config requiring signatures
-// Warden cannot verify is refused when it is read, before any download
-// (the registry of the policy does not exist), naming the kind and pointing
-// to key-based signing; keyless alternatives in anyOf are only warned about.
+// TestVerificationConfigKeyless checks that, without
+// --sigstore-trust-config, a config requiring signatures Warden cannot
+// verify is refused when it is read, before any download (the registry of
+// the policy does not exist), naming the kind and pointing to the trust
+// config and to key-based signing; keyless alternatives in anyOf are only
+// warned about.
 func TestVerificationConfigKeyless(t *testing.T) {
 	// The configs are written in JSON, which is YAML too.
 	pubKey := fmt.Sprintf(`{"kind": "pubKey", "key": %q}`, verifytest.NewKey(t).PublicPEM)
 	const (
 		githubAction  = `{"kind": "githubAction", "owner": "kubewarden"}`
 		genericIssuer = `{"kind": "genericIssuer", "issuer": "https://token.actions.githubusercontent.com", "subject": {"equal": "alice@example.com"}}`
-		advice        = "sign policies with a key (cosign sign --key, or wardenctl sign --key) and require them with kind pubKey"
+		advice        = "give --sigstore-trust-config, a Sigstore ClientTrustConfig (Warden never fetches Sigstore's public trust root), or sign policies with a key"
 		nowhere       = "registry://127.0.0.1:1/policies/labels:v1"
 	)
 	allOf := func(sigs ...string) string {
@@ -337,15 +340,15 @@ func TestVerificationConfigKeyless(t *testing.T) {
 		warns   string   // in stderr
 	}{
 		{name: "githubAction", config: kwctlDefaultConfig, cmd: "pull",
-			wantErr: []string{"allOf[0] requires a keyless signature (kind githubAction), which Warden does not support", advice}},
+			wantErr: []string{"allOf[0] requires a keyless signature (kind githubAction), which needs a Sigstore trust root", advice}},
 		{name: "genericIssuer", config: allOf(genericIssuer), cmd: "verify",
 			wantErr: []string{"allOf[0] requires a keyless signature (kind genericIssuer)", advice}},
 		{name: "keyless after a key", config: allOf(pubKey, githubAction), cmd: "run",
 			wantErr: []string{"allOf[1] requires a keyless signature (kind githubAction)"}},
 		{name: "anyOf of keyless only", config: anyOf(1, githubAction, genericIssuer), cmd: "pull",
-			wantErr: []string{"anyOf: Warden can meet 0 of its signatures, fewer than minimumMatches 1 (anyOf.signatures[0] requires a keyless signature (kind githubAction)", "anyOf.signatures[1] requires a keyless signature (kind genericIssuer)", advice}},
+			wantErr: []string{"anyOf: without a Sigstore trust root, Warden can meet 0 of its signatures, fewer than minimumMatches 1 (anyOf.signatures[0] requires a keyless signature (kind githubAction)", "anyOf.signatures[1] requires a keyless signature (kind genericIssuer)", advice}},
 		{name: "anyOf short of keys", config: anyOf(2, pubKey, githubAction), cmd: "pull",
-			wantErr: []string{"anyOf: Warden can meet 1 of its signatures, fewer than minimumMatches 2"}},
+			wantErr: []string{"anyOf: without a Sigstore trust root, Warden can meet 1 of its signatures, fewer than minimumMatches 2"}},
 		{name: "anyOf with enough keys", config: anyOf(1, pubKey, githubAction), cmd: "pull",
 			warns: "anyOf.signatures[1] requires a keyless signature (kind githubAction)"},
 	}
@@ -388,13 +391,13 @@ func TestCheckOffline(t *testing.T) {
 	}{
 		{name: "keys", cfg: verify.Config{AllOf: []verify.Signature{key, cert}}},
 		{name: "rekor bundle", cfg: verify.Config{AllOf: []verify.Signature{key, rekor}},
-			wantErr: "allOf[1] requires a Rekor bundle (kind certificate, requireRekorBundle: true), which Warden does not support"},
+			wantErr: "allOf[1] requires a Rekor bundle (kind certificate, requireRekorBundle: true), which needs a Sigstore trust root"},
 		{name: "anyOf met without keyless", cfg: verify.Config{AnyOf: &verify.AnyOf{MinimumMatches: 1, Signatures: []verify.Signature{gha, key}}},
-			ignored: []string{"anyOf.signatures[0] requires a keyless signature (kind githubAction), which Warden does not support: keyless signatures need Sigstore's Fulcio and Rekor, and Warden verifies offline"}},
+			ignored: []string{"anyOf.signatures[0] requires a keyless signature (kind githubAction), which needs a Sigstore trust root: Fulcio's certificate authority and Rekor's key"}},
 		{name: "anyOf minimumMatches 0", cfg: verify.Config{AllOf: []verify.Signature{key}, AnyOf: &verify.AnyOf{Signatures: []verify.Signature{gha}}},
-			ignored: []string{"anyOf.signatures[0] requires a keyless signature (kind githubAction), which Warden does not support: keyless signatures need Sigstore's Fulcio and Rekor, and Warden verifies offline"}},
+			ignored: []string{"anyOf.signatures[0] requires a keyless signature (kind githubAction), which needs a Sigstore trust root: Fulcio's certificate authority and Rekor's key"}},
 		{name: "anyOf not met", cfg: verify.Config{AnyOf: &verify.AnyOf{MinimumMatches: 2, Signatures: []verify.Signature{rekor, key}}},
-			wantErr: "anyOf: Warden can meet 1 of its signatures, fewer than minimumMatches 2 (anyOf.signatures[0] requires a Rekor bundle"},
+			wantErr: "anyOf: without a Sigstore trust root, Warden can meet 1 of its signatures, fewer than minimumMatches 2 (anyOf.signatures[0] requires a Rekor bundle"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -410,6 +413,85 @@ func TestCheckOffline(t *testing.T) {
 			}
 			if strings.Join(ignored, "\n") != strings.Join(tc.ignored, "\n") {
 				t.Errorf("ignored %q, want %q", ignored, tc.ignored)
+			}
+		})
+	}
+}
+
+// TestKeylessVerification signs a policy keylessly with a test Fulcio and
+// Rekor, once as cosign v2 does (signature image) and once as cosign v3
+// does (a Sigstore bundle attached as a referrer), and checks it with
+// verify, pull and run against --sigstore-trust-config, through kwctl's
+// keyless flags and a verification.yml.
+func TestKeylessVerification(t *testing.T) {
+	fx := startVerifyFixture(t)
+	ss := verifytest.NewSigstore(t)
+	trust := ss.TrustConfigFile(t)
+	pub := fx.reg.Fetcher(t, nil)
+	const (
+		email    = "alice@example.com"
+		issuer   = "https://oidc.test.invalid"
+		workflow = "https://github.com/acme/policies/.github/workflows/release.yml@refs/tags/v1"
+	)
+	// labels:v1 carries a signature image, labels:v2 a bundle.
+	repo := strings.TrimPrefix(strings.TrimSuffix(fx.signed, ":v1"), "registry://")
+	legacy := fx.signed
+	man, err := pub.FetchManifest(context.Background(), legacy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := man.Digest
+	verifytest.WriteSignatures(t, pub, repo, digest,
+		ss.KeylessLayer(t, repo, digest, verifytest.Identity{Subject: email, Issuer: issuer, Annotations: map[string]string{"env": "prod"}}),
+		ss.KeylessLayer(t, repo, digest, verifytest.Identity{Subject: workflow, Issuer: verify.GitHubActionsIssuer}))
+	bundled := "registry://" + repo + ":v2"
+	module, err := os.ReadFile(policy(t, "labels"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bdigest := verifytest.Push(t, pub, bundled, module)
+	verifytest.AttachBundle(t, pub, repo, bdigest, ss.Bundle(t, bdigest, verifytest.Identity{Subject: email, Issuer: issuer}))
+
+	cfgDir := t.TempDir()
+	config := write(t, cfgDir, "keyless.yml", "apiVersion: v1\nallOf:\n  - kind: githubAction\n    owner: acme\n")
+	request := requestFile(t, `{"app": "web"}`, false)
+	alice := []string{"--cert-email", email, "--cert-oidc-issuer", issuer}
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		stdout  string // regexp
+		wantErr string
+	}{
+		{name: "verify email", args: append(append([]string{"verify", "--sigstore-trust-config", trust}, alice...), legacy), stdout: ` verified: manifest sha256:`},
+		{name: "verify email and annotation", args: append(append([]string{"verify", "--sigstore-trust-config", trust, "-a", "env=prod"}, alice...), legacy), stdout: ` verified: `},
+		{name: "verify github owner", args: []string{"verify", "--sigstore-trust-config", trust, "--github-owner", "acme", "--github-repo", "policies", legacy}, stdout: ` verified: `},
+		{name: "verify config", args: []string{"verify", "--sigstore-trust-config", trust, "--verification-config-path", config, legacy}, stdout: ` verified: `},
+		{name: "verify bundle", args: append(append([]string{"verify", "--sigstore-trust-config", trust}, alice...), bundled), stdout: ` verified: `},
+		{name: "verify other repo", args: []string{"verify", "--sigstore-trust-config", trust, "--github-owner", "acme", "--github-repo", "other", legacy},
+			code: 1, wantErr: `allOf[0] (githubAction, owner acme, repo other): `},
+		{name: "verify other email", args: []string{"verify", "--sigstore-trust-config", trust, "--cert-email", "bob@example.com", "--cert-oidc-issuer", issuer, bundled},
+			code: 1, wantErr: `was signed by subject "alice@example.com" with issuer "https://oidc.test.invalid"`},
+		{name: "verify no trust config", args: append([]string{"verify"}, append(alice, legacy)...), code: 2, wantErr: "give --sigstore-trust-config"},
+		{name: "verify email without issuer", args: []string{"verify", "--sigstore-trust-config", trust, "--cert-email", email, legacy}, code: 2, wantErr: "--cert-email and --cert-oidc-issuer go together"},
+		{name: "verify repo without owner", args: []string{"verify", "--sigstore-trust-config", trust, "--github-repo", "policies", legacy}, code: 2, wantErr: "--github-repo needs --github-owner"},
+		{name: "verify bad trust config", args: append(append([]string{"verify", "--sigstore-trust-config", config}, alice...), legacy), code: 1, wantErr: "sigstore trust config " + config + ": not JSON"},
+		{name: "pull", args: append(append([]string{"pull", "--sigstore-trust-config", trust}, alice...), legacy), stdout: ` pulled to `},
+		{name: "pull bundle", args: append(append([]string{"pull", "--sigstore-trust-config", trust}, alice...), bundled), stdout: ` pulled to `},
+		{name: "run bundle", args: append(append([]string{"run", "--sigstore-trust-config", trust, "-r", request}, alice...), bundled), stdout: `"allowed":true`},
+		{name: "run wrong email", args: append([]string{"run", "--sigstore-trust-config", trust, "-r", request, "--cert-email", "bob@example.com", "--cert-oidc-issuer", issuer}, bundled),
+			code: 1, wantErr: "cannot be validated"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newVerifyEnv(t).run(append([]string{tc.args[0], "--sources-path", fx.sources}, tc.args[1:]...)...)
+			if r.code != tc.code {
+				t.Fatalf("exit code %d, want %d\n%s", r.code, tc.code, r)
+			}
+			if tc.code != 0 {
+				checkError(t, r, tc.wantErr)
+			} else if !regexp.MustCompile(tc.stdout).MatchString(r.stdout) {
+				t.Errorf("stdout does not match %q\n%s", tc.stdout, r)
 			}
 		})
 	}

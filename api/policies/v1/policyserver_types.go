@@ -95,9 +95,12 @@ type PolicyServerSpec struct {
 
 	// SigstoreTrustConfig is the name of a ConfigMap, in the controller's
 	// namespace, whose key "sigstore-trust-config" holds a Sigstore
-	// ClientTrustConfig (JSON) used instead of the public Sigstore
-	// instance. Whoever can write that ConfigMap decides which signatures
-	// are trusted, so restrict access to it.
+	// ClientTrustConfig (JSON): the Fulcio certificate authorities and Rekor
+	// logs that keyless signatures required by VerificationConfig are
+	// checked against, offline. Warden never fetches the public Sigstore
+	// instance's trust root, so keyless requirements need it. Whoever can
+	// write that ConfigMap decides which signatures are trusted, so
+	// restrict access to it.
 	// +optional
 	SigstoreTrustConfig string `json:"sigstoreTrustConfig,omitempty"`
 
