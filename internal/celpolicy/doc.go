@@ -14,11 +14,18 @@
 // an empty map), evaluates variables on first use, and answers with the first
 // validation that is false.
 //
-// What cel-policy reads from the cluster through host capabilities is not
-// available yet, and fails loudly rather than answering differently: the
-// kw.* libraries fail to compile, params read through paramRef are refused
-// in the settings, and namespaceObject of a namespaced object fails the
-// evaluation that reads it. authorizer is not declared, as in cel-policy.
+// params read through paramRef come from a ParamSource handed to
+// (*Policy).ValidateWith: the same kubernetes host capability calls
+// cel-policy makes, so that the caller answers them as it answers a wasm
+// policy's (the engine, through the policy's granted contextAwareResources),
+// with the same rejections when they fail
+// (docs/compatibility.md#cel-policy-params).
+//
+// The rest of what cel-policy reads from the cluster through host
+// capabilities is not available yet, and fails loudly rather than answering
+// differently: the kw.* libraries fail to compile, and namespaceObject of a
+// namespaced object fails the evaluation that reads it. authorizer is not
+// declared, as in cel-policy.
 //
 // The package must not import wazero or internal/wasm.
 package celpolicy

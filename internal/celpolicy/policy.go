@@ -50,6 +50,12 @@ type Policy struct {
 	costLimit   uint64
 	costBudget  int64
 	activations sync.Pool // of *activation
+
+	// paramRef, when set, has the validations evaluated once for each
+	// object of paramKind it finds, bound to params.
+	paramKind     *ParamKind
+	paramRef      *ParamRef
+	failurePolicy string
 }
 
 // program is one compiled expression.
@@ -94,10 +100,13 @@ func Compile(settings json.RawMessage, opts ...Option) (*Policy, error) {
 		return nil, fmt.Errorf("building the CEL environment: %w", err)
 	}
 	p := &Policy{
-		settings:   bytes.Clone(settings),
-		varIndex:   make(map[string]int, len(s.Variables)),
-		costLimit:  cfg.costLimit,
-		costBudget: cfg.costBudget,
+		settings:      bytes.Clone(settings),
+		varIndex:      make(map[string]int, len(s.Variables)),
+		costLimit:     cfg.costLimit,
+		costBudget:    cfg.costBudget,
+		paramKind:     s.ParamKind,
+		paramRef:      s.ParamRef,
+		failurePolicy: s.FailurePolicy,
 	}
 	c := compiler{cfg: cfg, env: env}
 	c.checkParams(&s)
@@ -215,8 +224,11 @@ func (c *compiler) compile(path, expr string, want *types.Type) (program, *cel.A
 // read in place, and the Result's strings may share its memory: it must not
 // change while Validate runs or the Result is in use. Validate is safe for
 // concurrent use.
+//
+// Validate has no ParamSource: a policy with a paramRef fails with
+// ErrNoParamSource. ValidateWith reads the params from a ParamSource.
 func (p *Policy) Validate(ctx context.Context, request json.RawMessage) (Result, error) {
-	return p.validate(ctx, request, nil, 0)
+	return p.validate(ctx, nil, request, nil, 0)
 }
 
 // ValidateParsed is Validate of the request at node of t, a parse of the
@@ -224,11 +236,34 @@ func (p *Policy) Validate(ctx context.Context, request json.RawMessage) (Result,
 // spares parsing again. t is read (and its key checks cached) during the
 // call only; the Result's strings may share t's text.
 func (p *Policy) ValidateParsed(ctx context.Context, t *jsontape.Tape, node int32) (Result, error) {
-	return p.validate(ctx, nil, t, node)
+	return p.validate(ctx, nil, nil, t, node)
 }
 
+// ValidateWith is Validate of a policy that may read params from the
+// cluster: when its settings have a paramRef, params reads them from src
+// once the request is decoded, before any expression is evaluated, and the
+// validations are evaluated against each in turn (params bound to it), the
+// first rejection answering, as cel-policy does. Variables are evaluated
+// once per request, as in cel-policy: a variable that reads params keeps the
+// value it had the first time it was read. src is not used by a policy
+// without a paramRef, and may then be nil.
+func (p *Policy) ValidateWith(ctx context.Context, src ParamSource, request json.RawMessage) (Result, error) {
+	return p.validate(ctx, src, request, nil, 0)
+}
+
+// ValidateParsedWith is ValidateWith of the request at node of t, as
+// ValidateParsed is Validate's.
+func (p *Policy) ValidateParsedWith(ctx context.Context, src ParamSource, t *jsontape.Tape, node int32) (Result, error) {
+	return p.validate(ctx, src, nil, t, node)
+}
+
+// ReadsParams reports whether the policy reads params from the cluster (its
+// settings have a paramRef): only then does ValidateWith use its
+// ParamSource.
+func (p *Policy) ReadsParams() bool { return p.paramRef != nil }
+
 // validate evaluates the request at node of t, or request when t is nil.
-func (p *Policy) validate(ctx context.Context, request json.RawMessage, t *jsontape.Tape, node int32) (Result, error) {
+func (p *Policy) validate(ctx context.Context, src ParamSource, request json.RawMessage, t *jsontape.Tape, node int32) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
@@ -251,6 +286,29 @@ func (p *Policy) validate(ctx context.Context, request json.RawMessage, t *jsont
 		}
 		return Result{}, err
 	}
+	if p.paramRef == nil {
+		return a.validations()
+	}
+	params, rej, err := p.params(ctx, src, a.in.request)
+	if rej != nil || err != nil {
+		if rej != nil {
+			return *rej, nil
+		}
+		return Result{}, err
+	}
+	for _, param := range params {
+		a.params = param
+		if res, err := a.validations(); err != nil || !res.Accepted {
+			return res, err
+		}
+	}
+	return Result{Accepted: true}, nil
+}
+
+// validations evaluates the validations in order: the first that is false
+// rejects.
+func (a *activation) validations() (Result, error) {
+	p := a.p
 	for i := range p.validations {
 		v := &p.validations[i]
 		out, err := a.eval(&v.expr)
@@ -288,7 +346,7 @@ const maxPooledNodes = 1 << 15
 
 // release drops what the evaluation read and pools the activation.
 func (p *Policy) release(a *activation) {
-	a.ctx, a.in, a.budgetErr = nil, input{}, nil
+	a.ctx, a.in, a.budgetErr, a.params = nil, input{}, nil, nil
 	a.doc.release(maxPooledNodes)
 	clear(a.vars)
 	p.activations.Put(a)
@@ -302,6 +360,7 @@ type activation struct {
 	doc       document // the request's tape, its buffer reused
 	in        input
 	vars      []ref.Val
+	params    ref.Val // nil: params is not bound
 	budget    int64
 	budgetErr error
 }
@@ -317,6 +376,8 @@ func (a *activation) ResolveName(name string) (any, bool) {
 		return a.in.request, true
 	case varNamespaceObject:
 		return a.in.namespaceObject(), true
+	case varParams:
+		return a.params, a.params != nil
 	}
 	i, ok := a.p.varIndex[name]
 	if !ok {

@@ -69,6 +69,9 @@ const (
 	failurePolicyFail   = "Fail"
 	failurePolicyIgnore = "Ignore"
 	reasonInvalid       = "Invalid"
+
+	parameterNotFoundAllow = "Allow"
+	parameterNotFoundDeny  = "Deny"
 )
 
 // reasonCodes maps each reason a validation may give to the HTTP code of the
@@ -166,16 +169,12 @@ func (p *problems) checkParams(s *Settings) {
 	case ref != nil && ref.Name != "" && ref.Selector != nil:
 		*p = append(*p, prefix+fmt.Sprintf(`paramRef: Invalid value: "%s": paramRef cannot have both Name and Selector specified:`, ref.Name))
 	case ref != nil && (ref.ParameterNotFoundAction == nil ||
-		(*ref.ParameterNotFoundAction != "Allow" && *ref.ParameterNotFoundAction != "Deny")):
+		(*ref.ParameterNotFoundAction != parameterNotFoundAllow && *ref.ParameterNotFoundAction != parameterNotFoundDeny)):
 		action := "nil"
 		if ref.ParameterNotFoundAction != nil {
 			action = *ref.ParameterNotFoundAction
 		}
 		*p = append(*p, prefix+fmt.Sprintf(`paramRef: Invalid value: "%s": parameterNotFoundAction must be 'Deny' or 'Allow' if paramRef is specified:`, action))
-	case ref != nil:
-		// Valid for cel-policy, which then reads the parameters from the
-		// cluster on every request.
-		*p = append(*p, "paramRef: Forbidden: params are read from the cluster through context-aware host calls, which Warden's native CEL runner does not support yet")
 	}
 }
 

@@ -124,11 +124,6 @@ func TestCompileSettings(t *testing.T) {
 			want:     invalid(`failed to validate params: paramRef: Invalid value: "nil": parameterNotFoundAction must be 'Deny' or 'Allow' if paramRef is specified:`),
 		},
 		{
-			name:     "params read from the cluster are not supported",
-			settings: `{"paramKind":{"apiVersion":"v1","kind":"ConfigMap"},"paramRef":{"name":"p","parameterNotFoundAction":"Deny"},"validations":[{"expression":"params.data.x == '1'"}]}`,
-			want:     invalid("paramRef: Forbidden: params are read from the cluster through context-aware host calls, which Warden's native CEL runner does not support yet"),
-		},
-		{
 			name:     "Kubewarden host capabilities are not supported",
 			settings: `{"variables":[{"name":"img","expression":"kw.oci.image(object.spec.containers[0].image).manifestDigest()"}],"validations":[{"expression":"true"}]}`,
 			want: invalid("variables[0].expression: Invalid value: \"kw.oci.image(object.spec.containers[0].image).manifestDigest()\": " +
@@ -186,6 +181,10 @@ func TestCompileValid(t *testing.T) {
 		`{"validations":[{"expression":"true"}]}`,
 		`{"failurePolicy":"Ignore","paramKind":{"apiVersion":"v1","kind":"ConfigMap"},"variables":[{"name":"replicas","expression":"object.spec.replicas"}],` +
 			`"validations":[{"expression":"variables.replicas <= 5","message":"at most 5 replicas","reason":"Forbidden"}]}`,
+		`{"paramKind":{"apiVersion":"v1","kind":"ConfigMap"},"paramRef":{"name":"p","parameterNotFoundAction":"Deny"},"validations":[{"expression":"params.data.x == '1'"}]}`,
+		`{"paramKind":{"apiVersion":"v1","kind":"ConfigMap"},"paramRef":{"selector":{"matchLabels":{"a":"b"}},"namespace":"n","parameterNotFoundAction":"Allow"},"validations":[{"expression":"true"}]}`,
+		// Accepted by cel-policy, which then fails every evaluation.
+		`{"paramRef":{"name":"p","parameterNotFoundAction":"Deny"},"validations":[{"expression":"true"}]}`,
 		`{"validations":[{"expression":"object.spec.containers.all(c, c.image.endsWith(':latest') == false)","messageExpression":"'image ' + string(object.spec.containers.size())"}]}`,
 	} {
 		if _, err := Compile(json.RawMessage(settings)); err != nil {

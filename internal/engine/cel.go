@@ -33,14 +33,23 @@ func newCELRunner(settings json.RawMessage) (runner, error) {
 	return &celRunner{policy: p, settings: settings}, nil
 }
 
-// validate ignores settings: the runner was compiled with its own.
-func (r *celRunner) validate(ctx context.Context, _ wasm.HostCaller, req request, _ json.RawMessage) (*validationResponse, error) {
+// validate ignores settings: the runner was compiled with its own. A
+// policy that reads params (paramRef) reads them with the kubernetes host
+// calls cel-policy makes, through host, the policy's gate: it reads only the
+// kinds it was granted, as the wasm cel-policy would.
+func (r *celRunner) validate(ctx context.Context, host wasm.HostCaller, req request, _ json.RawMessage) (*validationResponse, error) {
+	var params celpolicy.ParamSource
+	if r.policy.ReadsParams() {
+		params = celpolicy.KubernetesHostCall(func(ctx context.Context, operation string, payload []byte) ([]byte, error) {
+			return host.HostCall(ctx, "kubewarden", kubernetesNamespace, operation, payload)
+		})
+	}
 	var res celpolicy.Result
 	var err error
 	if req.tape != nil {
-		res, err = r.policy.ValidateParsed(ctx, req.tape, req.node)
+		res, err = r.policy.ValidateParsedWith(ctx, params, req.tape, req.node)
 	} else {
-		res, err = r.policy.Validate(ctx, req.body)
+		res, err = r.policy.ValidateWith(ctx, params, req.body)
 	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
