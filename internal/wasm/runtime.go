@@ -538,8 +538,10 @@ func (r *Runtime) enterGuest(ctx context.Context) (context.Context, func(), erro
 type interruptible struct {
 	flag   api.MutableGlobal
 	budget api.MutableGlobal
-	mu     sync.Mutex // held while the flag is being set
-	set    bool
+	// setting counts the deadline function of the current guard while it
+	// may still run: done waits on it before anyone touches the globals.
+	setting sync.WaitGroup
+	set     bool
 }
 
 // bind finds the interrupt flag and the loop budget of mod, an instance of m.
@@ -554,25 +556,25 @@ func (it *interruptible) bind(mod api.Module, m *Module) error {
 
 // guard arranges for the flag to be set when ctx is done, and returns a
 // function to call once the guest call has returned: it cancels the
-// arrangement (waiting for a concurrent setting to finish) and reports
-// whether the flag was set.
+// arrangement, waits for a setting already under way to finish (the
+// instance's globals are restored right after), and reports whether the
+// flag was set.
 func (it *interruptible) guard(ctx context.Context) (done func() (interrupted bool)) {
 	if ctx.Done() == nil {
 		return func() bool { return false }
 	}
+	it.setting.Add(1)
 	stop := context.AfterFunc(ctx, func() {
-		it.mu.Lock()
+		defer it.setting.Done()
 		it.flag.Set(1)
 		it.budget.Set(1) // the next loop head looks at the flag
 		it.set = true
-		it.mu.Unlock()
 	})
 	return func() bool {
-		if !stop() {
-			it.mu.Lock() // the function started: wait until it is done
-			//lint:ignore SA2001 the empty section waits for the function setting the flag to finish
-			it.mu.Unlock()
+		if stop() {
+			it.setting.Done() // the function will not run
 		}
+		it.setting.Wait()
 		set := it.set
 		it.set = false
 		return set
