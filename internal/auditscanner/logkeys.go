@@ -23,6 +23,7 @@ const (
 	keyCreated        = "reports_created"
 	keyUpdated        = "reports_updated"
 	keyUnchanged      = "reports_unchanged"
+	keyReused         = "reports_reused"
 	keyCleaned        = "stale_reports_deleted"
 	keyEvalErrors     = "evaluation_errors"
 	keyIncomplete     = "incomplete"

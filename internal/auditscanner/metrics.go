@@ -25,6 +25,7 @@ const (
 	metricSuccess      = "warden_audit_last_run_success"
 	metricIncomplete   = "warden_audit_incomplete_scopes"
 	metricResources    = "warden_audit_resources"
+	metricReused       = "warden_audit_resources_reused"
 	metricReports      = "warden_audit_reports"
 	metricCleanups     = "warden_audit_stale_report_cleanups"
 	metricResults      = "warden_audit_policy_results"
@@ -38,7 +39,7 @@ const (
 
 // runMetrics gathers the metrics of a run; safe for concurrent use.
 type runMetrics struct {
-	resources, created, updated, unchanged, cleanups, incomplete atomic.Int64
+	resources, created, updated, unchanged, reused, cleanups, incomplete atomic.Int64
 
 	mu      sync.Mutex
 	results map[[2]string]int // by policy and result
@@ -54,6 +55,7 @@ func (m *runMetrics) addScope(res *scopeResult) {
 	m.created.Add(res.stats.created.Load())
 	m.updated.Add(res.stats.updated.Load())
 	m.unchanged.Add(res.stats.unchanged.Load())
+	m.reused.Add(res.stats.reused.Load())
 	if res.cleaned {
 		m.cleanups.Add(1)
 	}
@@ -63,11 +65,21 @@ func (m *runMetrics) addScope(res *scopeResult) {
 }
 
 // addResults counts the results of a report.
-func (m *runMetrics) addResults(r *report) {
+func (m *runMetrics) addResults(results []result) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, res := range r.results {
+	for _, res := range results {
 		m.results[[2]string{res.policy, res.result}]++
+	}
+}
+
+// addStoredResults counts the results, policy and result, of a report
+// kept from a previous run.
+func (m *runMetrics) addStoredResults(results [][2]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, res := range results {
+		m.results[res]++
 	}
 }
 
@@ -89,6 +101,7 @@ func (m *runMetrics) registry(start time.Time, duration time.Duration, complete 
 	gauge(metricSuccess, "1 when every scope of the last audit was scanned completely, else 0.", success)
 	gauge(metricIncomplete, "Scopes (the cluster-wide resources, namespaces) the last audit could not scan completely; their previous reports were kept.", float64(m.incomplete.Load()))
 	gauge(metricResources, "Resources the last audit evaluated.", float64(m.resources.Load()))
+	gauge(metricReused, "Resources whose report the last audit kept without evaluating them again: neither they nor their policies had changed.", float64(m.reused.Load()))
 	gauge(metricCleanups, "Scopes whose stale reports the last audit deleted.", float64(m.cleanups.Load()))
 	reports := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: metricReports,
 		Help: "Reports the last audit wrote: created, updated, or unchanged (only their run-uid label patched)."}, []string{labelOperation})

@@ -17,15 +17,17 @@ func TestMetricsExport(t *testing.T) {
 	complete.stats.resources.Add(3)
 	complete.stats.created.Add(2)
 	complete.stats.unchanged.Add(1)
+	complete.stats.reused.Add(1)
 	incomplete := &scopeResult{err: io.ErrUnexpectedEOF}
 	incomplete.stats.resources.Add(1)
 	incomplete.stats.updated.Add(1)
 	m.addScope(complete)
 	m.addScope(incomplete)
 	p := clusterPolicy("p")
-	m.addResults(newReport(pod("a", "x"), "run", 0, 0, []evaluation{{policy: audited(p), verdict: verdict{allowed: true}}}, 1))
-	m.addResults(newReport(pod("a", "y"), "run", 0, 0, []evaluation{{policy: audited(p), verdict: verdict{allowed: true}}}, 1))
-	m.addResults(newReport(pod("a", "z"), "run", 0, 0, []evaluation{{policy: audited(p), verdict: verdict{errored: true}}}, 1))
+	m.addResults(newReport(pod("a", "x"), "run", 0, 0, []evaluation{{policy: audited(p), verdict: verdict{allowed: true}}}, 1).results)
+	m.addResults(newReport(pod("a", "y"), "run", 0, 0, []evaluation{{policy: audited(p), verdict: verdict{allowed: true}}}, 1).results)
+	m.addResults(newReport(pod("a", "z"), "run", 0, 0, []evaluation{{policy: audited(p), verdict: verdict{errored: true}}}, 1).results)
+	m.addStoredResults([][2]string{{"clusterwide-p", "pass"}})
 
 	var pushed, path string
 	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -49,11 +51,12 @@ func TestMetricsExport(t *testing.T) {
 		"warden_audit_last_run_success 0",
 		"warden_audit_incomplete_scopes 1",
 		"warden_audit_resources 4",
+		"warden_audit_resources_reused 1",
 		"warden_audit_stale_report_cleanups 1",
 		`warden_audit_reports{operation="created"} 2`,
 		`warden_audit_reports{operation="updated"} 1`,
 		`warden_audit_reports{operation="unchanged"} 1`,
-		`warden_audit_policy_results{policy_name="clusterwide-p",result="pass"} 2`,
+		`warden_audit_policy_results{policy_name="clusterwide-p",result="pass"} 3`,
 		`warden_audit_policy_results{policy_name="clusterwide-p",result="error"} 1`,
 	} {
 		if !strings.Contains(text, want+"\n") {

@@ -21,7 +21,7 @@ const (
 
 // Options configure one run of the audit scanner. Their flags are Kubewarden's
 // (docs/compatibility.md#audit-scanner), with its defaults, except --loglevel,
-// which defaults to info; --metrics-file, --metrics-pushgateway-url,
+// which defaults to info; --disable-result-reuse, --metrics-file, --metrics-pushgateway-url,
 // --kube-api-qps and --kube-api-burst are Warden's.
 type Options struct {
 	// Namespace scans this namespace only (-n).
@@ -52,6 +52,10 @@ type Options struct {
 	ClientKey  string
 	// DisableStore writes no report to the cluster (and deletes none).
 	DisableStore bool
+	// DisableResultReuse evaluates every object again, also those whose
+	// report was computed from the same object and policies
+	// (AnnotationInputs).
+	DisableResultReuse bool
 	// ParallelNamespaces, ParallelResources and ParallelPolicies bound the
 	// namespaces scanned at once, the resources of one scope audited at
 	// once, and the policies evaluated at once for one resource.
@@ -111,6 +115,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClientCert, "client-cert", o.ClientCert, "PEM client certificate presented to the policy servers (mutual TLS); needs --client-key")
 	fs.StringVar(&o.ClientKey, "client-key", o.ClientKey, "PEM private key of --client-cert")
 	fs.BoolVar(&o.DisableStore, "disable-store", o.DisableStore, "Do not write reports to the cluster")
+	fs.BoolVar(&o.DisableResultReuse, "disable-result-reuse", o.DisableResultReuse, "Evaluate every object again, also those whose report was computed from the same version of the object and of its policies")
 	fs.IntVar(&o.ParallelNamespaces, "parallel-namespaces", o.ParallelNamespaces, "Namespaces scanned at once")
 	fs.IntVar(&o.ParallelResources, "parallel-resources", o.ParallelResources, "Resources of one namespace (or of the cluster-wide scan) audited at once")
 	fs.IntVar(&o.ParallelPolicies, "parallel-policies", o.ParallelPolicies, "Policies evaluated at once for one resource")

@@ -27,6 +27,7 @@ func TestFlags(t *testing.T) {
 		{"client-cert", "", ""},
 		{"client-key", "", ""},
 		{"disable-store", "", "false"},
+		{"disable-result-reuse", "", "false"},
 		{"parallel-namespaces", "", "1"},
 		{"parallel-resources", "", "100"},
 		{"parallel-policies", "", "5"},

@@ -12,6 +12,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	wgpolicyv1alpha2 "sigs.k8s.io/wg-policy-prototypes/policy-report/pkg/api/wgpolicyk8s.io/v1alpha2"
 
@@ -244,6 +245,21 @@ func (k reportKind) empty(cluster bool) client.Object {
 		return &wgpolicyv1alpha2.ClusterPolicyReport{}
 	default:
 		return &wgpolicyv1alpha2.PolicyReport{}
+	}
+}
+
+// gvk returns the group, version and kind of the kind's reports,
+// cluster-wide or namespaced.
+func (k reportKind) gvk(cluster bool) schema.GroupVersionKind {
+	switch {
+	case k.openReports && cluster:
+		return openreportsv1alpha1.SchemeGroupVersion.WithKind(reportKindClusterReport)
+	case k.openReports:
+		return openreportsv1alpha1.SchemeGroupVersion.WithKind(reportKindReport)
+	case cluster:
+		return wgpolicyv1alpha2.SchemeGroupVersion.WithKind(reportKindClusterPolicyReport)
+	default:
+		return wgpolicyv1alpha2.SchemeGroupVersion.WithKind(reportKindPolicyReport)
 	}
 }
 

@@ -3,6 +3,7 @@ package auditscanner
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -206,10 +207,20 @@ func TestFullPatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Only what the scanner writes: no name, namespace, apiVersion or
-		// kind, results removed when there are none.
+		// kind, results removed when there are none, and the inputs
+		// annotation removed when the report has none.
 		md, _ := doc["metadata"].(map[string]any)
-		if len(md) != 2 || md["labels"] == nil || md["ownerReferences"] == nil {
+		annotations, _ := md["annotations"].(map[string]any)
+		if len(md) != 3 || md["labels"] == nil || md["ownerReferences"] == nil ||
+			len(annotations) != 1 || annotations[AnnotationInputs] != nil {
 			t.Errorf("metadata of the patch %v", md)
+		}
+		obj.SetAnnotations(map[string]string{AnnotationInputs: "abc"})
+		if b, err = fullPatch(obj); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), `"annotations":{"`+AnnotationInputs+`":"abc"}`) {
+			t.Errorf("patch of a report with inputs %s", b)
 		}
 		if r, ok := doc["results"]; !ok || r != nil {
 			t.Errorf("results of the patch %v, want null", r)

@@ -146,7 +146,7 @@ func (rv *reviewer) audit(ctx context.Context, url string, body []byte) verdict 
 		}
 		return unavailable(fmt.Errorf("policy server answered %s: %s", resp.Status, bytes.TrimSpace(answer)))
 	}
-	var review admissionv1.AdmissionReview
+	var review auditAnswer
 	if err := json.Unmarshal(answer, &review); err != nil {
 		return unavailable(fmt.Errorf("decoding the policy server's answer: %w", err))
 	}
@@ -154,9 +154,22 @@ func (rv *reviewer) audit(ctx context.Context, url string, body []byte) verdict 
 		return unavailable(errors.New("the policy server's answer has no response"))
 	}
 	v := verdict{allowed: review.Response.Allowed}
-	if st := review.Response.Result; st != nil {
+	if st := review.Response.Status; st != nil {
 		v.message = st.Message
 		v.errored = st.Code == http.StatusInternalServerError
 	}
 	return v
+}
+
+// auditAnswer is the part of an AdmissionReview answer that a verdict is
+// made of: decoding only it spares decoding patches, warnings and audit
+// annotations the scanner does not use.
+type auditAnswer struct {
+	Response *struct {
+		Allowed bool `json:"allowed"`
+		Status  *struct {
+			Message string `json:"message"`
+			Code    int32  `json:"code"`
+		} `json:"status"`
+	} `json:"response"`
 }

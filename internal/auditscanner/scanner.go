@@ -228,6 +228,10 @@ func (r *run) namespaces(ctx context.Context) ([]*corev1.Namespace, error) {
 // scopeStats counts what happened in a scope; safe for concurrent use.
 type scopeStats struct {
 	resources, created, updated, unchanged, evalErrors atomic.Int64
+	// reused counts the resources whose report was kept without
+	// evaluating them (see AnnotationInputs); they are counted as
+	// unchanged too.
+	reused atomic.Int64
 	// failures are the errors that make the scope incomplete.
 	mu       sync.Mutex
 	failures []error
@@ -368,7 +372,7 @@ func (res *scopeResult) logArgs() []any {
 	st := &res.stats
 	args := []any{keyPolicies, res.sel.audited, keySkipped, res.sel.skipped, keyErrored, res.sel.errored,
 		keyResources, st.resources.Load(), keyCreated, st.created.Load(), keyUpdated, st.updated.Load(),
-		keyUnchanged, st.unchanged.Load(), keyCleaned, res.cleaned, keyEvalErrors, st.evalErrors.Load(),
+		keyUnchanged, st.unchanged.Load(), keyReused, st.reused.Load(), keyCleaned, res.cleaned, keyEvalErrors, st.evalErrors.Load(),
 		keyIncomplete, res.err != nil, keyDurationMillis, res.duration.Milliseconds()}
 	if res.err != nil {
 		args = append(args, keyError, res.err)
@@ -378,8 +382,11 @@ func (res *scopeResult) logArgs() []any {
 
 // auditResource evaluates it.obj with the policies whose objectSelector
 // selects it, --parallel-policies at a time, prints its report with
-// --output-scan and stores it. It returns the report's name once it is
-// stored (or would be, with --disable-store), "" when it was not.
+// --output-scan and stores it. When the scope's listing found a report of
+// it computed from the same inputs (AnnotationInputs), it keeps that
+// report, patching its run-uid label only, and evaluates nothing. It
+// returns the report's name once it is stored (or would be, with
+// --disable-store), "" when it was not.
 func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *policySelection, it item, existing map[string]existingReport, stats *scopeStats) string {
 	stats.resources.Add(1)
 	obj := it.obj
@@ -387,6 +394,14 @@ func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *polic
 	for _, p := range it.policies {
 		if p.matches(obj.GetLabels()) {
 			matching = append(matching, p)
+		}
+	}
+	reuse := !r.opts.DisableStore && !r.opts.DisableResultReuse && reusable(matching)
+	prev, found := existing[string(obj.GetUID())]
+	if reuse && found && prev.inputs != "" && prev.inputs == inputsDigest(obj, matching, sel.skipped, sel.errored, prev.digest) {
+		name, done := r.reuseReport(ctx, logger, obj, prev, stats)
+		if done {
+			return name
 		}
 	}
 	evals := make([]evaluation, len(matching))
@@ -423,8 +438,19 @@ func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *polic
 			keyResource, obj.GroupVersionKind().String(), keyURL, e.policy.url, keyError, e.message)
 	}
 	rep := newReport(obj, r.runUID, sel.skipped, sel.errored, evals, r.now().Unix())
-	r.metrics.addResults(rep)
+	r.metrics.addResults(rep.results)
 	repObj := r.kind.object(rep)
+	var d digest
+	if !r.opts.DisableStore {
+		var err error
+		if d, err = digestOf(repObj); err != nil {
+			stats.fail(err)
+			return ""
+		}
+		if reuse && rep.summary.errors == sel.errored {
+			repObj.SetAnnotations(map[string]string{AnnotationInputs: inputsDigest(obj, matching, sel.skipped, sel.errored, d)})
+		}
+	}
 	if r.opts.OutputScan {
 		if err := r.output(repObj); err != nil {
 			stats.fail(err)
@@ -433,12 +459,6 @@ func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *polic
 	if r.opts.DisableStore {
 		return rep.name
 	}
-	d, err := digestOf(repObj)
-	if err != nil {
-		stats.fail(err)
-		return ""
-	}
-	prev, found := existing[rep.name]
 	out, err := r.store.write(ctx, repObj, d, prev, found)
 	if err != nil {
 		stats.fail(err)
@@ -454,6 +474,37 @@ func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *polic
 		stats.unchanged.Add(1)
 	}
 	return rep.name
+}
+
+// reuseReport keeps prev, the report of obj found by the scope's listing,
+// patching its run-uid label only, counts its results and prints it with
+// --output-scan. It
+// returns the report's name and done false when the report changed or went
+// since the listing: obj must then be evaluated.
+func (r *run) reuseReport(ctx context.Context, logger *slog.Logger, obj *unstructured.Unstructured, prev existingReport, stats *scopeStats) (name string, done bool) {
+	target := r.kind.empty(obj.GetNamespace() == "")
+	target.SetName(string(obj.GetUID()))
+	target.SetNamespace(obj.GetNamespace())
+	stored, reused, err := r.store.reuse(ctx, target, prev, r.opts.OutputScan)
+	if err != nil {
+		stats.fail(err)
+		logger.ErrorContext(ctx, "report not stored", keyName, target.GetName(), keyError, err)
+		return "", true
+	}
+	if !reused {
+		return "", false
+	}
+	stats.unchanged.Add(1)
+	stats.reused.Add(1)
+	r.metrics.addStoredResults(prev.results)
+	if r.opts.OutputScan {
+		stored.GetObjectKind().SetGroupVersionKind(r.kind.gvk(obj.GetNamespace() == ""))
+		stored.SetManagedFields(nil)
+		if err := r.output(stored); err != nil {
+			stats.fail(err)
+		}
+	}
+	return target.GetName(), true
 }
 
 // output prints a report on stdout, on a line of its own.

@@ -30,6 +30,12 @@ type store struct {
 type existingReport struct {
 	digest          digest
 	resourceVersion string
+	// inputs is its AnnotationInputs, "" when it has none.
+	inputs string
+	// results are the policy and result of each of its results, when it
+	// has inputs (only then may it be reused and its results counted
+	// without reading it again).
+	results [][2]string
 }
 
 // existing returns the digests of the scanner's reports in namespace (the
@@ -40,6 +46,16 @@ func (st *store) existing(ctx context.Context, namespace string) (map[string]exi
 	opts := []client.ListOption{client.MatchingLabels{LabelManagedBy: LabelManagedByValue}, client.Limit(st.pageSize)}
 	if namespace != "" {
 		opts = append(opts, client.InNamespace(namespace))
+	}
+	// The policy names and results of the reports, the same few
+	// strings many times, are kept once.
+	interned := map[string]string{}
+	intern := func(s string) string {
+		if v, ok := interned[s]; ok {
+			return v
+		}
+		interned[s] = s
+		return s
 	}
 	cont := ""
 	for {
@@ -52,13 +68,25 @@ func (st *store) existing(ctx context.Context, namespace string) (map[string]exi
 			if err != nil {
 				return nil, err
 			}
-			out[o.GetName()] = existingReport{digest: d, resourceVersion: o.GetResourceVersion()}
+			e := existingReport{digest: d, resourceVersion: o.GetResourceVersion(), inputs: o.GetAnnotations()[AnnotationInputs]}
+			if e.inputs != "" {
+				e.results = storedResults(o)
+				for i, r := range e.results {
+					e.results[i] = [2]string{intern(r[0]), intern(r[1])}
+				}
+			}
+			out[o.GetName()] = e
 		}
 		if cont = l.GetContinue(); cont == "" {
 			return out, nil
 		}
 	}
 }
+
+// skipFieldValidation spares the API server the search for unknown and
+// duplicate fields in each report written: the reports are encoded from
+// the Go types the CRDs are made from, so there are none.
+const skipFieldValidation = client.FieldValidation(metav1.FieldValidationIgnore)
 
 // outcome is what writing a report did.
 type outcome int
@@ -70,30 +98,80 @@ const (
 	outcomeUnchanged
 )
 
+// target returns an empty report of the kind named as obj, for patches.
+func (st *store) target(obj client.Object) client.Object {
+	t := st.kind.empty(obj.GetNamespace() == "")
+	t.SetName(obj.GetName())
+	t.SetNamespace(obj.GetNamespace())
+	return t
+}
+
+// patchRunUID patches the run-uid label of the report named as obj, and its
+// AnnotationInputs to inputs ("" removes it) when prev's differs, guarded by
+// the resourceVersion prev was listed at. It returns the report as patched,
+// whole when whole is set, else its metadata only (the API server then
+// answers with the metadata only); a conflict or a missing report is
+// returned as the API server's error.
+func (st *store) patchRunUID(ctx context.Context, obj client.Object, prev existingReport, inputs string, whole bool) (client.Object, error) {
+	md := map[string]any{
+		"labels":          map[string]string{LabelRunUID: st.runUID},
+		"resourceVersion": prev.resourceVersion,
+	}
+	if inputs != prev.inputs {
+		md["annotations"] = map[string]any{AnnotationInputs: annotationValue(inputs)}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": md})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the run-uid patch of report %s: %w", obj.GetName(), err)
+	}
+	t := st.target(obj)
+	if !whole {
+		md := &metav1.PartialObjectMetadata{}
+		md.SetGroupVersionKind(st.kind.gvk(obj.GetNamespace() == ""))
+		md.SetName(obj.GetName())
+		md.SetNamespace(obj.GetNamespace())
+		t = md
+	}
+	if err := st.c.Patch(ctx, t, client.RawPatch(types.MergePatchType, patch), skipFieldValidation); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// annotationValue is v in a merge patch: nil (removal) when empty.
+func annotationValue(v string) any {
+	if v == "" {
+		return nil
+	}
+	return v
+}
+
+// reuse patches the run-uid label of the report named as obj, which the
+// scope's listing found as prev, and nothing else. It returns the report as
+// patched (whole or its metadata only, as patchRunUID), and reused false
+// when the report changed or went since the listing (its object must then
+// be evaluated).
+func (st *store) reuse(ctx context.Context, obj client.Object, prev existingReport, whole bool) (stored client.Object, reused bool, err error) {
+	stored, err = st.patchRunUID(ctx, obj, prev, prev.inputs, whole)
+	switch {
+	case err == nil:
+		return stored, true, nil
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("patching the run-uid of report %s: %w", obj.GetName(), err)
+}
+
 // write stores obj, whose digest is d, knowing what the scope's listing
 // found under its name (found, prev). A report found with the same digest
-// gets a merge patch of its run-uid label only, guarded by the
-// resourceVersion it was compared at; a report found otherwise is replaced
-// by a merge patch of everything the scanner writes; a report not found is
-// created. Each falls back to the next when the cluster changed since the
-// listing.
+// gets a merge patch of its run-uid label (and of its AnnotationInputs when
+// obj's differs) only, guarded by the resourceVersion it was compared at; a
+// report found otherwise is replaced by a merge patch of everything the
+// scanner writes; a report not found is created. Each falls back to the
+// next when the cluster changed since the listing.
 func (st *store) write(ctx context.Context, obj client.Object, d digest, prev existingReport, found bool) (outcome, error) {
-	cluster := obj.GetNamespace() == ""
-	target := func() client.Object {
-		t := st.kind.empty(cluster)
-		t.SetName(obj.GetName())
-		t.SetNamespace(obj.GetNamespace())
-		return t
-	}
 	if found && prev.digest == d {
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"labels":          map[string]string{LabelRunUID: st.runUID},
-			"resourceVersion": prev.resourceVersion,
-		}})
-		if err != nil {
-			return 0, fmt.Errorf("encoding the run-uid patch of report %s: %w", obj.GetName(), err)
-		}
-		err = st.c.Patch(ctx, target(), client.RawPatch(types.MergePatchType, patch))
+		_, err := st.patchRunUID(ctx, obj, prev, obj.GetAnnotations()[AnnotationInputs], false)
 		if err == nil {
 			return outcomeUnchanged, nil
 		}
@@ -101,12 +179,8 @@ func (st *store) write(ctx context.Context, obj client.Object, d digest, prev ex
 			return 0, fmt.Errorf("patching the run-uid of report %s: %w", obj.GetName(), err)
 		}
 	}
-	full, err := fullPatch(obj)
-	if err != nil {
-		return 0, err
-	}
 	if !found {
-		err := st.c.Create(ctx, obj)
+		err := st.c.Create(ctx, obj, skipFieldValidation)
 		if err == nil {
 			return outcomeCreated, nil
 		}
@@ -114,9 +188,13 @@ func (st *store) write(ctx context.Context, obj client.Object, d digest, prev ex
 			return 0, fmt.Errorf("creating report %s: %w", obj.GetName(), err)
 		}
 	}
-	err = st.c.Patch(ctx, target(), client.RawPatch(types.MergePatchType, full))
+	full, err := fullPatch(obj)
+	if err != nil {
+		return 0, err
+	}
+	err = st.c.Patch(ctx, st.target(obj), client.RawPatch(types.MergePatchType, full), skipFieldValidation)
 	if apierrors.IsNotFound(err) {
-		if err = st.c.Create(ctx, obj); err == nil {
+		if err = st.c.Create(ctx, obj, skipFieldValidation); err == nil {
 			return outcomeCreated, nil
 		}
 	}
@@ -127,8 +205,9 @@ func (st *store) write(ctx context.Context, obj client.Object, d digest, prev ex
 }
 
 // fullPatch returns the merge patch that makes a stored report say what
-// obj says: its labels (others' labels are kept), owner, scope, summary and
-// results (removed when obj has none).
+// obj says: its labels (others' labels are kept), its AnnotationInputs
+// (removed when obj has none; others' annotations are kept), owner, scope,
+// summary and results (removed when obj has none).
 func fullPatch(obj client.Object) ([]byte, error) {
 	b, err := json.Marshal(obj)
 	if err != nil {
@@ -140,7 +219,8 @@ func fullPatch(obj client.Object) ([]byte, error) {
 	}
 	delete(doc, "apiVersion")
 	delete(doc, "kind")
-	doc["metadata"] = map[string]any{"labels": obj.GetLabels(), "ownerReferences": obj.GetOwnerReferences()}
+	doc["metadata"] = map[string]any{"labels": obj.GetLabels(), "ownerReferences": obj.GetOwnerReferences(),
+		"annotations": map[string]any{AnnotationInputs: annotationValue(obj.GetAnnotations()[AnnotationInputs])}}
 	if _, ok := doc["results"]; !ok {
 		doc["results"] = nil
 	}

@@ -105,9 +105,10 @@ func runAudit(t *testing.T, kubeconfig string, args ...string) scan {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	env := map[string]string{"KUBECONFIG": kubeconfig}
-	s := scan{counts: map[string]int{}}
+	var s scan
 	s.code = auditscanner.Main(t.Context(), args, &stdout, &stderr, func(k string) string { return env[k] })
 	s.stdout, s.logs = stdout.String(), stderr.String()
+	s.counts = progressCounts(s.logs)
 	sc := bufio.NewScanner(&stdout)
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
@@ -117,21 +118,28 @@ func runAudit(t *testing.T, kubeconfig string, args ...string) scan {
 		}
 		s.reports = append(s.reports, doc)
 	}
-	for _, line := range strings.Split(s.logs, "\n") {
+	return s
+}
+
+// progressCounts sums the counts of the progress log lines of a run, one
+// per scope; "cleanups" counts the scopes whose stale reports were deleted.
+func progressCounts(logs string) map[string]int {
+	counts := map[string]int{}
+	for _, line := range strings.Split(logs, "\n") {
 		var rec map[string]any
 		if json.Unmarshal([]byte(line), &rec) != nil || (rec["msg"] != "namespace scanned" && rec["msg"] != "cluster-wide resources scanned") {
 			continue
 		}
-		for _, k := range []string{"resources", "reports_created", "reports_updated", "reports_unchanged", "evaluation_errors",
+		for _, k := range []string{"resources", "reports_created", "reports_updated", "reports_unchanged", "reports_reused", "evaluation_errors",
 			"policies_audited", "policies_skipped", "policies_errored"} {
 			n, _ := rec[k].(float64)
-			s.counts[k] += int(n)
+			counts[k] += int(n)
 		}
 		if rec["stale_reports_deleted"] == true {
-			s.counts["cleanups"]++
+			counts["cleanups"]++
 		}
 	}
-	return s
+	return counts
 }
 
 // auditPolicy returns a policy of kind (a ClusterAdmissionPolicy, or an
@@ -572,20 +580,158 @@ func TestAudit(t *testing.T) {
 			t.Error("the cluster reports do not carry the second run-uid")
 		}
 		total := len(reports) + len(clusterReports)
-		if s.counts["reports_updated"] != 1 || s.counts["reports_unchanged"] != total-1 || s.counts["reports_created"] != 0 || s.counts["cleanups"] != 1 {
-			t.Errorf("counts %v, want 1 updated, %d unchanged, 1 cleanup", s.counts, total-1)
+		// Only bad was evaluated again: the others' results were reused.
+		if s.counts["reports_updated"] != 1 || s.counts["reports_unchanged"] != total-1 || s.counts["reports_reused"] != total-1 ||
+			s.counts["reports_created"] != 0 || s.counts["cleanups"] != 1 {
+			t.Errorf("counts %v, want 1 updated, %d unchanged and reused, 1 cleanup", s.counts, total-1)
 		}
 		if len(s.reports) != total {
 			t.Errorf("%d reports on stdout, %d in the cluster: every report of the run is printed, changed or not", len(s.reports), total)
 		}
 	})
 
+	// touch changes obj's resourceVersion, and nothing else the policies
+	// look at.
+	touches := 0
+	touch := func(t *testing.T, obj client.Object) {
+		t.Helper()
+		touches++
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.warden.io/touched":"%d"}}}`, touches)
+		if err := c.Patch(t.Context(), obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// errored returns the keys (as reportsOf's) of the reports, of both
+	// scopes, that have an error result.
+	errored := func(t *testing.T) []string {
+		t.Helper()
+		var keys []string
+		for _, kind := range []string{"Report", "ClusterReport"} {
+			for key, r := range reportsOf(t, c, kind) {
+				results, _ := r["results"].([]any)
+				for _, res := range results {
+					if res.(map[string]any)["result"] == "error" {
+						keys = append(keys, key)
+						break
+					}
+				}
+			}
+		}
+		slices.Sort(keys)
+		return keys
+	}
+	downURL := func(t *testing.T) string {
+		t.Helper()
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return "https://" + l.Addr().String()
+	}
+
+	t.Run("a run evaluates again only what changed since the report was written", func(t *testing.T) {
+		down := []string{"--report-kind", "openreports", "-u", downURL(t), "-f", m.caFile,
+			"--client-cert", m.clientCert, "--client-key", m.clientKey, "-i", ignore}
+		before, beforeCluster := reportsOf(t, c, "Report"), reportsOf(t, c, "ClusterReport")
+		total := len(before) + len(beforeCluster)
+		// Nothing changed: the run needs no policy server. It still counts
+		// the results it kept in its metrics.
+		metricsFile := filepath.Join(t.TempDir(), "audit.prom")
+		s := runAudit(t, kubeconfig, append([]string{"--metrics-file", metricsFile}, down...)...)
+		if s.code != 0 {
+			t.Fatalf("exit %d: nothing changed, yet the run asked the policy server\n%s", s.code, s.logs)
+		}
+		metrics, err := os.ReadFile(metricsFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{
+			"warden_audit_last_run_success 1",
+			fmt.Sprintf("warden_audit_resources_reused %d", total),
+			`warden_audit_policy_results{policy_name="namespaced-team-b-local",result="fail"} 1`,
+			`warden_audit_policy_results{policy_name="clusterwide-deny-ns",result="fail"} 1`,
+		} {
+			if !strings.Contains(string(metrics), want+"\n") {
+				t.Errorf("the metrics lack %q:\n%s", want, metrics)
+			}
+		}
+		if s.counts["reports_reused"] != total || s.counts["reports_unchanged"] != total || s.counts["resources"] != total || s.counts["cleanups"] != 0 {
+			t.Errorf("counts %v, want all %d reports reused", s.counts, total)
+		}
+		reports, clusterReports := reportsOf(t, c, "Report"), reportsOf(t, c, "ClusterReport")
+		runUID := runUIDOf(t, reports)
+		if runUIDOf(t, clusterReports) != runUID || runUID == runUIDOf(t, before) {
+			t.Error("the reused reports do not carry the new run-uid")
+		}
+		for key, r := range reports {
+			if generationOf(r) != generationOf(before[key]) || !reflect.DeepEqual(r["results"], before[key]["results"]) {
+				t.Errorf("the reused report %s was rewritten", key)
+			}
+		}
+
+		// Changed: an object, a policy, a report's inputs annotation, and
+		// another report's, removed. Those four are evaluated again (the
+		// policy server is down: their results are errors), not the others.
+		teamABad, optout, teamBBad := cms["team-a/bad"], cms["team-a/optout"], cms["team-b/bad"]
+		touch(t, teamABad)
+		touch(t, local.(client.Object))
+		patchReport := func(r client.Object, value string) {
+			t.Helper()
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, auditscanner.AnnotationInputs, value)
+			if err := c.Patch(t.Context(), r, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		patchReport(&openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: string(optout.UID)}}, `"0123abcd"`)
+		defaultNS := get(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+		patchReport(&openreportsv1alpha1.ClusterReport{ObjectMeta: metav1.ObjectMeta{Name: string(defaultNS.UID)}}, "null")
+		s = runAudit(t, kubeconfig, down...)
+		if s.code != 1 {
+			t.Fatalf("exit %d, want 1: the changed objects need the policy server, down\n%s", s.code, s.logs)
+		}
+		want := []string{string(defaultNS.UID), "team-a/" + string(teamABad.UID), "team-a/" + string(optout.UID), "team-b/" + string(teamBBad.UID)}
+		slices.Sort(want)
+		if got := errored(t); !reflect.DeepEqual(got, want) {
+			t.Errorf("reports evaluated again (errored) %v, want %v", got, want)
+		}
+		if s.counts["reports_reused"] != total-len(want) {
+			t.Errorf("counts %v, want %d reused", s.counts, total-len(want))
+		}
+
+		// Error results are never reused: with the policy server back,
+		// those four are evaluated again.
+		s = runAudit(t, kubeconfig, openReports...)
+		if s.code != 0 {
+			t.Fatalf("exit %d\n%s", s.code, s.logs)
+		}
+		if got := errored(t); len(got) != 0 {
+			t.Errorf("reports still errored: %v", got)
+		}
+		if s.counts["reports_reused"] != total-len(want) || s.counts["reports_updated"] != len(want) {
+			t.Errorf("counts %v, want %d reused, %d updated", s.counts, total-len(want), len(want))
+		}
+		reports = reportsOf(t, c, "Report")
+		checkReport(t, reports["team-b/"+string(teamBBad.UID)], get(t, c, teamBBad), "v1", "ConfigMap", runUIDOf(t, reports),
+			map[string]int{"fail": 2, "skip": 4, "error": 1}, []expectedResult{denyForbiddenResult("fail", deny("forbidden")), localResult("fail", deny("forbidden"))})
+
+		// --disable-result-reuse evaluates everything again.
+		s = runAudit(t, kubeconfig, append([]string{"--disable-result-reuse"}, down...)...)
+		if s.code != 1 || s.counts["reports_reused"] != 0 || s.counts["evaluation_errors"] == 0 {
+			t.Errorf("--disable-result-reuse: exit %d, counts %v, want every object evaluated", s.code, s.counts)
+		}
+		if s = runAudit(t, kubeconfig, openReports...); s.code != 0 {
+			t.Fatalf("exit %d\n%s", s.code, s.logs)
+		}
+	})
+
 	// errorRun runs the scanner with args against a policy server that
-	// cannot answer, after deleting team-a/optout, and checks that it fails,
-	// that the results are errors carrying wantMessage, and that no report
-	// was deleted.
+	// cannot answer, after changing team-a/bad (so that it is evaluated
+	// again), and checks that it fails, that the results are errors
+	// carrying wantMessage, and that no report was deleted.
 	errorRun := func(t *testing.T, wantMessage string, args ...string) {
 		t.Helper()
+		touch(t, cms["team-a/bad"])
 		before := reportsOf(t, c, "Report")
 		s := runAudit(t, kubeconfig, args...)
 		if s.code != 1 {
@@ -622,12 +768,7 @@ func TestAudit(t *testing.T) {
 		errorRun(t, "policy server unreachable", "--report-kind", "openreports", "-u", url, "-f", m.caFile, "-i", ignore)
 	})
 	t.Run("a policy server that is down", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		down := "https://" + l.Addr().String()
-		l.Close()
+		down := downURL(t)
 		metricsFile := filepath.Join(t.TempDir(), "audit.prom")
 		errorRun(t, "connection refused", "--report-kind", "openreports", "-u", down, "-f", m.caFile,
 			"--client-cert", m.clientCert, "--client-key", m.clientKey, "-i", ignore, "--metrics-file", metricsFile)
@@ -745,11 +886,11 @@ func TestAudit(t *testing.T) {
 
 // TestAuditScale measures, for docs/benchmarks.md, two runs of the audit
 // scanner (built and run as its own process) over namespaces × objects
-// ConfigMaps and policies ClusterAdmissionPolicies of the labels test
-// module, against a policy server on this machine: the wall time of each
-// run, the API requests it made (from the API server's
-// apiserver_request_total) and the scanner's peak RSS. The second run
-// finds nothing changed. It only logs figures, and runs only when
+// ConfigMaps and policies ClusterAdmissionPolicies, half of the labels test
+// module (waPC), half CEL, against a policy server on this machine: the wall
+// time of each run, the API requests it made (from the API server's
+// apiserver_request_total), the API server's CPU time and the scanner's
+// peak RSS. The second run finds nothing changed. It only logs figures, and runs only when
 // WARDEN_AUDIT_BENCH is set, to "namespaces,objects,policies" (for example
 // 100,10000,20); WARDEN_AUDIT_BENCH_ARGS adds scanner flags.
 func TestAuditScale(t *testing.T) {
@@ -776,9 +917,21 @@ func TestAuditScale(t *testing.T) {
 	c := cl.Client
 	kubeconfig := writeKubeconfig(t, cl.Config)
 
+	// Half the policies are waPC (the labels test module), half CEL (the
+	// policy server's native cel-policy); each denies its own label.
 	module := policybuild.ForTest(t, "labels")
 	doc := ""
 	for i := range nPolicies {
+		if i%2 == 1 {
+			name := fmt.Sprintf("cel-%d", i)
+			createPolicy(t, c, auditPolicy("", name, []string{"configmaps"}, func(s *policiesv1.PolicySpec) {
+				s.Module = "registry://ghcr.io/kubewarden/policies/cel-policy:v1.3.0"
+			}), policiesv1.PolicyStatusActive)
+			doc += fmt.Sprintf("clusterwide-%s:\n  module: builtin://cel\n  settings:\n    validations:\n"+
+				"      - expression: \"!has(object.metadata.labels) || !('deny-%d' in object.metadata.labels)\"\n"+
+				"        message: \"label deny-%d is denied\"\n", name, i, i)
+			continue
+		}
 		name := fmt.Sprintf("labels-%d", i)
 		createPolicy(t, c, auditPolicy("", name, []string{"configmaps"}, nil), policiesv1.PolicyStatusActive)
 		doc += fmt.Sprintf("clusterwide-%s:\n  module: file://%s\n  settings:\n    denied_labels: [\"deny-%d\"]\n", name, module, i)
@@ -817,6 +970,9 @@ func TestAuditScale(t *testing.T) {
 	}
 	t.Logf("created %d ConfigMaps in %d namespaces in %s", nObjects, nNamespaces, time.Since(created).Round(time.Millisecond))
 
+	// metrics returns the API server's request counts by verb, and its
+	// CPU seconds under apiCPU.
+	const apiCPU = "cpu"
 	metrics := func() map[string]float64 {
 		body, err := kubernetes.NewForConfigOrDie(cl.Config).RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
 		if err != nil {
@@ -824,6 +980,12 @@ func TestAuditScale(t *testing.T) {
 		}
 		byVerb := map[string]float64{}
 		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "process_cpu_seconds_total ") {
+				var v float64
+				if _, err := fmt.Sscanf(line, "process_cpu_seconds_total %g", &v); err == nil {
+					byVerb[apiCPU] = v
+				}
+			}
 			if !strings.HasPrefix(line, "apiserver_request_total{") {
 				continue
 			}
@@ -885,7 +1047,7 @@ func TestAuditScale(t *testing.T) {
 		after := metrics()
 		total, verbs := 0.0, []string{}
 		for verb, n := range after {
-			if d := n - before[verb]; d > 0 {
+			if d := n - before[verb]; d > 0 && verb != apiCPU {
 				total += d
 				verbs = append(verbs, fmt.Sprintf("%s %.0f", verb, d))
 			}
@@ -893,7 +1055,12 @@ func TestAuditScale(t *testing.T) {
 		slices.Sort(verbs)
 		usage := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 		cpu := time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
-		t.Logf("%s: %s wall, %s CPU, %.0f API requests (%s, the metrics scrape included), peak RSS %.1f MB",
-			run, wall.Round(time.Millisecond), cpu.Round(time.Millisecond), total, strings.Join(verbs, ", "), float64(hwm.Load())/1024)
+		load, _ := os.ReadFile("/proc/loadavg")
+		counts := progressCounts(stderr.String())
+		t.Logf("%s: %s wall, %s CPU, %.0f API requests (%s, the metrics scrape included), API server CPU %.1f s, peak RSS %.1f MB, load average %s; "+
+			"%d resources, %d evaluation errors, reports: %d created, %d updated, %d unchanged of which %d reused without evaluation",
+			run, wall.Round(time.Millisecond), cpu.Round(time.Millisecond), total, strings.Join(verbs, ", "), after[apiCPU]-before[apiCPU],
+			float64(hwm.Load())/1024, strings.Join(strings.Fields(string(load))[:3], " "),
+			counts["resources"], counts["evaluation_errors"], counts["reports_created"], counts["reports_updated"], counts["reports_unchanged"], counts["reports_reused"])
 	}
 }

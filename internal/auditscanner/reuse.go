@@ -1,0 +1,93 @@
+package auditscanner
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"slices"
+	"strings"
+
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	wgpolicyv1alpha2 "sigs.k8s.io/wg-policy-prototypes/policy-report/pkg/api/wgpolicyk8s.io/v1alpha2"
+)
+
+// AnnotationInputs is the annotation of a report whose results can be
+// reused: the digest of what its results were computed from (the object at
+// its resourceVersion, the policies that evaluated it at theirs, the counts
+// of skipped and errored policies) and of the report's own content. A later
+// run that finds the same inputs and a report whose content still has that
+// digest keeps the report as it is, patching only its run-uid label, and
+// sends no request to the policy servers for the object. A report that was
+// edited, or whose annotation was, no longer matches and is evaluated again.
+const AnnotationInputs = "warden.io/audit-inputs"
+
+// inputsVersion changes when what a report says about the same inputs
+// changes (a new version of the scanner writing other results), so that
+// reports written by older scanners are evaluated again.
+const inputsVersion = "warden-audit-inputs/v1"
+
+// reusable reports whether the results of obj's evaluation by matching can be
+// reused by a later run that finds the same inputs: not when a policy is
+// context-aware (its verdict depends on other objects than obj).
+func reusable(matching []*auditPolicy) bool {
+	for _, p := range matching {
+		if p.policy.IsContextAware() {
+			return false
+		}
+	}
+	return true
+}
+
+// inputsDigest returns the value of AnnotationInputs for a report of obj
+// whose content has digest content, evaluated by matching in a scope with
+// skipped and errored policies.
+func inputsDigest(obj *unstructured.Unstructured, matching []*auditPolicy, skipped, errored int, content digest) string {
+	h := sha256.New()
+	field := func(s string) {
+		h.Write(binary.AppendUvarint(nil, uint64(len(s))))
+		h.Write([]byte(s))
+	}
+	field(inputsVersion)
+	field(obj.GetAPIVersion())
+	field(obj.GetKind())
+	field(string(obj.GetUID()))
+	field(obj.GetResourceVersion())
+	h.Write(binary.AppendUvarint(nil, uint64(skipped)))
+	h.Write(binary.AppendUvarint(nil, uint64(errored)))
+	pols := slices.Clone(matching)
+	slices.SortFunc(pols, func(a, b *auditPolicy) int { return strings.Compare(a.name, b.name) })
+	for _, p := range pols {
+		field(p.name)
+		field(string(p.policy.GetUID()))
+		field(p.policy.GetResourceVersion())
+	}
+	h.Write(content[:])
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// storedResults returns the policy and result of each result of a report
+// of either kind, as read from the API server.
+func storedResults(obj client.Object) [][2]string {
+	var out [][2]string
+	switch r := obj.(type) {
+	case *openreportsv1alpha1.Report:
+		for _, res := range r.Results {
+			out = append(out, [2]string{res.Policy, string(res.Result)})
+		}
+	case *openreportsv1alpha1.ClusterReport:
+		for _, res := range r.Results {
+			out = append(out, [2]string{res.Policy, string(res.Result)})
+		}
+	case *wgpolicyv1alpha2.PolicyReport:
+		for _, res := range r.Results {
+			out = append(out, [2]string{res.Policy, string(res.Result)})
+		}
+	case *wgpolicyv1alpha2.ClusterPolicyReport:
+		for _, res := range r.Results {
+			out = append(out, [2]string{res.Policy, string(res.Result)})
+		}
+	}
+	return out
+}
