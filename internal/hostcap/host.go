@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/policyfetch"
+	"github.com/wardenhq/warden/internal/verify"
 )
 
 // Handler answers decoded host-capability requests with the JSON the guest
@@ -92,6 +93,11 @@ type Options struct {
 	// Now is the clock of caches and of certificate checks; nil means
 	// time.Now.
 	Now func() time.Time
+	// SigstoreTrust is the Sigstore trust root keyless signatures
+	// (SigstoreKeylessVerify, SigstoreKeylessPrefixVerify,
+	// SigstoreGithubActionsVerify) are checked against, offline; nil: those
+	// requests fail and say so.
+	SigstoreTrust *verify.TrustRoot
 }
 
 // Direct answers requests from the real world: registries, the resolver,
@@ -104,6 +110,7 @@ type Direct struct {
 	resolver *net.Resolver
 	roots    *x509.CertPool
 	now      func() time.Time
+	trust    *verify.TrustRoot
 	oci      *ttlCache // by variant and request
 }
 
@@ -118,6 +125,7 @@ func NewDirect(opts Options) *Direct {
 		resolver: opts.Resolver,
 		roots:    opts.Roots,
 		now:      opts.Now,
+		trust:    opts.SigstoreTrust,
 	}
 	if d.resolver == nil {
 		d.resolver = net.DefaultResolver

@@ -15,9 +15,6 @@ import (
 	"github.com/wardenhq/warden/internal/verify"
 )
 
-// keylessOffline is the answer to keyless verification requests.
-const keylessOffline = "keyless signatures cannot be verified: they need Sigstore's Fulcio and Rekor trust root, which Warden does not use (it verifies signatures offline); sign the image with a key and verify it with SigstorePubKeyVerify or SigstoreCertificateVerify"
-
 const dockerManifestList = "application/vnd.docker.distribution.manifest.list.v2+json"
 
 // handleOCI answers the oci requests; the caller caches its successes.
@@ -59,8 +56,30 @@ func (d *Direct) handleOCI(ctx context.Context, req Request) ([]byte, error) {
 			sig.CertificateChain = append(sig.CertificateChain, string(c))
 		}
 		return d.verify(ctx, r.Image, &verify.Config{AllOf: []verify.Signature{sig}})
-	case SigstoreKeylessVerify, SigstoreKeylessPrefixVerify, SigstoreGithubActionsVerify:
-		return nil, errors.New(keylessOffline)
+	case SigstoreKeylessVerify:
+		cfg := &verify.Config{}
+		for _, k := range r.Keyless {
+			cfg.AllOf = append(cfg.AllOf, verify.Signature{Kind: verify.KindGenericIssuer, Issuer: k.Issuer,
+				Subject: &verify.Subject{Equal: k.Subject}, Annotations: r.Annotations})
+		}
+		return d.verify(ctx, r.Image, cfg)
+	case SigstoreKeylessPrefixVerify:
+		cfg := &verify.Config{}
+		for _, k := range r.KeylessPrefix {
+			subject, err := verify.URLPrefixSubject(k.URLPrefix)
+			if err != nil {
+				return nil, fmt.Errorf("url_prefix: %w", err)
+			}
+			cfg.AllOf = append(cfg.AllOf, verify.Signature{Kind: verify.KindGenericIssuer, Issuer: k.Issuer,
+				Subject: subject, Annotations: r.Annotations})
+		}
+		return d.verify(ctx, r.Image, cfg)
+	case SigstoreGithubActionsVerify:
+		sig := verify.Signature{Kind: verify.KindGitHubAction, Owner: r.Owner, Annotations: r.Annotations}
+		if r.Repo != nil {
+			sig.Repo = *r.Repo
+		}
+		return d.verify(ctx, r.Image, &verify.Config{AllOf: []verify.Signature{sig}})
 	}
 	return nil, fmt.Errorf("unsupported request %s", req.Variant())
 }
@@ -82,7 +101,11 @@ func (d *Direct) verify(ctx context.Context, image string, cfg *verify.Config) (
 	if err != nil {
 		return nil, err
 	}
-	v, err := verify.New(cfg)
+	var opts []verify.Option
+	if d.trust != nil {
+		opts = append(opts, verify.WithTrustRoot(d.trust))
+	}
+	v, err := verify.New(cfg, opts...)
 	if err != nil {
 		return nil, err
 	}

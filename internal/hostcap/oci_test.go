@@ -13,6 +13,7 @@ import (
 	"oras.land/oras-go/v2/content"
 
 	"github.com/wardenhq/warden/internal/policyfetch"
+	"github.com/wardenhq/warden/internal/verify"
 	"github.com/wardenhq/warden/internal/verify/verifytest"
 )
 
@@ -162,10 +163,8 @@ func TestOCI(t *testing.T) {
 		{name: "certificate, rekor bundle required", op: "v2/verify", want: "error: Callback evaluation failure: verifying registry://" + signed + ": ", payload: map[string]any{
 			"type": "SigstoreCertificateVerify", "image": signed, "certificate": Bytes(signer.CertPEM),
 			"certificate_chain": nil, "require_rekor_bundle": true, "annotations": nil}},
-		{name: "keyless", op: "v2/verify", want: "error: Callback evaluation failure: " + keylessOffline, payload: map[string]any{
+		{name: "keyless, no trust root", op: "v2/verify", want: "error: Callback evaluation failure: verifying registry://" + policy + ": ", payload: map[string]any{
 			"type": "SigstoreKeylessVerify", "image": policy, "keyless": []KeylessInfo{{Issuer: "https://token.actions.githubusercontent.com", Subject: "x"}}, "annotations": nil}},
-		{name: "github actions", op: "v2/verify", want: "error: Callback evaluation failure: " + keylessOffline, payload: map[string]any{
-			"type": "SigstoreGithubActionsVerify", "image": policy, "owner": "kubewarden", "annotations": nil}},
 		{name: "unsigned image", op: "v2/verify", want: "error: Callback evaluation failure: verifying registry://" + reg.Host + "/app:1.0: ", payload: map[string]any{
 			"type": "SigstorePubKeyVerify", "image": reg.Host + "/app:1.0", "pub_keys": []string{key.PublicPEM}, "annotations": nil}},
 		{name: "unknown tag", op: "v1/manifest_digest", payload: reg.Host + "/policies/a:v9",
@@ -179,6 +178,69 @@ func TestOCI(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOCIKeyless answers the keyless verification requests from a real
+// registry, against a test Sigstore (its own Fulcio CA and Rekor log).
+func TestOCIKeyless(t *testing.T) {
+	reg := verifytest.StartRegistry(t)
+	f := reg.Fetcher(t, nil)
+	sigstore := verifytest.NewSigstore(t)
+	const issuer = "https://issuer.test.invalid"
+	workflow := "https://github.com/acme/policies/.github/workflows/release.yml@refs/tags/v1"
+	image := func(name string, id verifytest.Identity) (string, string) {
+		ref := reg.Host + "/images/" + name + ":v1"
+		digest := verifytest.Push(t, f, "registry://"+ref, verifytest.Wasm(name))
+		repo := reg.Host + "/images/" + name
+		verifytest.WriteSignatures(t, f, repo, digest, sigstore.KeylessLayer(t, repo, digest, id))
+		return ref, digest
+	}
+	alice, aliceDigest := image("alice", verifytest.Identity{Subject: "https://example.com/people/alice", Issuer: issuer})
+	ci, ciDigest := image("ci", verifytest.Identity{Subject: workflow, Issuer: verify.GitHubActionsIssuer})
+	trusted := func(digest string) string { return `{"is_trusted":true,"digest":"` + digest + `"}` }
+	refused := func(ref string) string {
+		return "error: Callback evaluation failure: verifying registry://" + ref + ": "
+	}
+	repo := "policies"
+	tests := []struct {
+		name    string
+		payload map[string]any
+		want    string
+	}{
+		{"subject", map[string]any{"type": "SigstoreKeylessVerify", "image": alice,
+			"keyless": []KeylessInfo{{Issuer: issuer, Subject: "https://example.com/people/alice"}}, "annotations": nil}, trusted(aliceDigest)},
+		{"another subject", map[string]any{"type": "SigstoreKeylessVerify", "image": alice,
+			"keyless": []KeylessInfo{{Issuer: issuer, Subject: "https://example.com/people/bob"}}, "annotations": nil}, refused(alice)},
+		{"another issuer", map[string]any{"type": "SigstoreKeylessVerify", "image": alice,
+			"keyless": []KeylessInfo{{Issuer: "https://other.test.invalid", Subject: "https://example.com/people/alice"}}, "annotations": nil}, refused(alice)},
+		{"url prefix, a slash added", map[string]any{"type": "SigstoreKeylessPrefixVerify", "image": alice,
+			"keyless_prefix": []KeylessPrefixInfo{{Issuer: issuer, URLPrefix: "https://example.com/people"}}, "annotations": nil}, trusted(aliceDigest)},
+		{"url prefix of a longer name", map[string]any{"type": "SigstoreKeylessPrefixVerify", "image": alice,
+			"keyless_prefix": []KeylessPrefixInfo{{Issuer: issuer, URLPrefix: "https://example.com/peop"}}, "annotations": nil}, refused(alice)},
+		{"url prefix not a URL", map[string]any{"type": "SigstoreKeylessPrefixVerify", "image": alice,
+			"keyless_prefix": []KeylessPrefixInfo{{Issuer: issuer, URLPrefix: "people"}}, "annotations": nil},
+			`error: Callback evaluation failure: url_prefix: "people" is not an absolute URL`},
+		{"github actions", map[string]any{"type": "SigstoreGithubActionsVerify", "image": ci, "owner": "acme", "repo": &repo, "annotations": nil}, trusted(ciDigest)},
+		{"github actions, owner only", map[string]any{"type": "SigstoreGithubActionsVerify", "image": ci, "owner": "acme", "annotations": nil}, trusted(ciDigest)},
+		{"github actions, another owner", map[string]any{"type": "SigstoreGithubActionsVerify", "image": ci, "owner": "acme-evil", "annotations": nil}, refused(ci)},
+		{"github actions, not a workflow's signature", map[string]any{"type": "SigstoreGithubActionsVerify", "image": alice, "owner": "acme", "annotations": nil}, refused(alice)},
+	}
+	d := NewDirect(Options{Registry: f, SigstoreTrust: sigstore.TrustRoot(t)})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := call(t, d, "oci", "v2/verify", tt.payload); !strings.HasPrefix(got, tt.want) {
+				t.Fatalf("got %q, want %q...", got, tt.want)
+			}
+		})
+	}
+	t.Run("a trust root that does not know the CA", func(t *testing.T) {
+		d := NewDirect(Options{Registry: f, SigstoreTrust: sigstore.OtherAuthority(t).TrustRoot(t)})
+		payload := map[string]any{"type": "SigstoreKeylessVerify", "image": alice,
+			"keyless": []KeylessInfo{{Issuer: issuer, Subject: "https://example.com/people/alice"}}, "annotations": nil}
+		if got := call(t, d, "oci", "v2/verify", payload); !strings.HasPrefix(got, refused(alice)) {
+			t.Fatalf("got %q, want %q...", got, refused(alice))
+		}
+	})
 }
 
 // TestOCICache checks that answers are kept 60 s and failures are not.

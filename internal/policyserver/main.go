@@ -20,6 +20,7 @@ import (
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/observability"
 	"github.com/wardenhq/warden/internal/reflector"
+	"github.com/wardenhq/warden/internal/verify"
 )
 
 // Main runs the policy-server command: it parses args (without the program
@@ -129,7 +130,13 @@ func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) 
 	default:
 		logger.InfoContext(ctx, "kubernetes host capabilities read the API server", observability.KeyAddr, cfg.Host)
 	}
-	return hostcap.NewHost(hostcap.NewDirect(hostcap.Options{Registry: registry, Kubernetes: kube})), reflected, nil
+	direct := hostcap.Options{Registry: registry, Kubernetes: kube}
+	if opts.SigstoreTrust != "" {
+		if direct.SigstoreTrust, err = verify.LoadTrustConfig(opts.SigstoreTrust); err != nil {
+			return nil, nil, err
+		}
+	}
+	return hostcap.NewHost(hostcap.NewDirect(direct)), reflected, nil
 }
 
 // reflectedKubernetes is the Kubernetes of the host capabilities with its

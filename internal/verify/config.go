@@ -106,6 +106,20 @@ type Subject struct {
 	URLPrefix string
 }
 
+// URLPrefixSubject returns the Subject of the subjects under the URL
+// prefix, which must be absolute. A '/' is added to a prefix that does not
+// end with one, as Kubewarden does.
+func URLPrefixSubject(prefix string) (*Subject, error) {
+	u, err := url.Parse(prefix)
+	if err != nil || u.Scheme == "" || u.Host == "" {
+		return nil, fmt.Errorf("%q is not an absolute URL", prefix)
+	}
+	if !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	return &Subject{URLPrefix: u.String()}, nil
+}
+
 // LoadConfig reads a verification.yml; see ParseConfig. Errors read
 // "verification config <path>: <field>: <cause>".
 func LoadConfig(path string) (*Config, error) {
@@ -322,14 +336,11 @@ func parseSubject(v any, field string) (*Subject, error) {
 		if k == "equal" {
 			return &Subject{Equal: s}, nil
 		}
-		u, err := url.Parse(s)
-		if err != nil || u.Scheme == "" || u.Host == "" {
-			return nil, fmt.Errorf("%s.urlPrefix: %q is not an absolute URL", field, s)
+		subject, err := URLPrefixSubject(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s.urlPrefix: %w", field, err)
 		}
-		if !strings.HasSuffix(u.Path, "/") {
-			u.Path += "/"
-		}
-		return &Subject{URLPrefix: u.String()}, nil
+		return subject, nil
 	}
 	return nil, nil // unreachable: m has one key
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/observability"
+	"github.com/wardenhq/warden/internal/verify"
 )
 
 // hostCapabilities is what answers the host calls of run and bench, as
@@ -84,12 +85,21 @@ func readsKubernetes(o *RunOptions, policies []namedPolicy) bool {
 // signature requirements, which are for policy modules), DNS, certificates
 // and kube (nil: no cluster), and the function that releases it.
 func (a *app) directHostCapabilities(remote RemoteOptions, kube *hostcap.Kubernetes) (*hostcap.Direct, func(), error) {
+	opts := hostcap.Options{Kubernetes: kube}
+	if path := remote.Verification.TrustConfigPath; path != "" {
+		trust, err := verify.LoadTrustConfig(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts.SigstoreTrust = trust
+	}
 	remote.Verification = VerificationOptions{}
 	f, err := a.fetcher(remote, a.storeDir())
 	if err != nil {
 		return nil, nil, err
 	}
-	return hostcap.NewDirect(hostcap.Options{Registry: f, Kubernetes: kube}), f.Close, nil
+	opts.Registry = f
+	return hostcap.NewDirect(opts), f.Close, nil
 }
 
 // close releases the connections of the host capabilities.
