@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 	"github.com/wardenhq/warden/internal/clustertest"
@@ -288,19 +289,25 @@ func startControllerWithConfig(t *testing.T, cfg *rest.Config, opts controller.O
 	if err != nil {
 		t.Fatal(err)
 	}
+	runManager(t, "controller", mgr, &logs)
+}
+
+// runManager starts mgr until the test ends; the logs of name are shown if
+// the test fails.
+func runManager(t *testing.T, name string, mgr manager.Manager, logs *logtest.Buffer) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager: %v", err)
+			t.Errorf("%s: %v", name, err)
 		}
 	}()
 	t.Cleanup(func() {
 		cancel()
 		<-done
 		if t.Failed() {
-			t.Logf("controller logs:\n%s", logs.String())
+			t.Logf("%s logs:\n%s", name, logs.String())
 		}
 	})
 }

@@ -3,7 +3,6 @@
 package cluster_test
 
 import (
-	"context"
 	"log/slog"
 	"maps"
 	"reflect"
@@ -65,21 +64,7 @@ func startSyncer(t *testing.T, hub *clustertest.Cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("syncer: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		if t.Failed() {
-			t.Logf("syncer logs:\n%s", logs.String())
-		}
-	})
+	runManager(t, "syncer", mgr, &logs)
 }
 
 // kubeconfigSecret is the Secret the PolicySync names for a spoke.
