@@ -1,7 +1,10 @@
 package charttest
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -100,4 +103,49 @@ policySyncer:
 func equalRule(a, b rbacv1.PolicyRule) bool {
 	return slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) &&
 		slices.Equal(a.ResourceNames, b.ResourceNames) && slices.Equal(a.Verbs, b.Verbs)
+}
+
+// syncerRBACFile is the policy syncer's RBAC as the chart renders it for
+// the cluster test that runs the syncer with exactly these permissions
+// (test/cluster's TestPolicySyncChartRBAC).
+var syncerRBACFile = filepath.Join(repoRoot, "test", "cluster", "testdata", "policysync-rbac", "rbac.yaml")
+
+// syncerRBACValues are the values that file is rendered with.
+const syncerRBACValues = `
+policySyncer:
+  enabled: true
+  kubeconfigSecrets: [spoke-a]
+  policiesToSync:
+    - {group: policies.kubewarden.io, resource: clusteradmissionpolicies}
+`
+
+// TestPolicySyncerRBACFile checks that the cluster test's copy of the
+// syncer's RBAC is what the chart renders; WARDEN_UPDATE_RBAC=1 rewrites it.
+func TestPolicySyncerRBACFile(t *testing.T) {
+	r := render(t, release{"warden", "kubewarden"}, values(t, syncerRBACValues))
+	var docs []string
+	for _, o := range r.objects {
+		if strings.HasSuffix(o.template, "policy-syncer.yaml") && o.kind != "Deployment" {
+			docs = append(docs, strings.TrimSpace(o.manifest))
+		}
+	}
+	want := "# The policy syncer's ServiceAccount and RBAC as charts/warden renders them\n" +
+		"# (hack/charttest's TestPolicySyncerRBACFile keeps this copy; WARDEN_UPDATE_RBAC=1\n" +
+		"# hack/chart-test.sh -run TestPolicySyncerRBACFile rewrites it).\n" +
+		strings.Join(docs, "\n---\n") + "\n"
+	if os.Getenv("WARDEN_UPDATE_RBAC") == "1" {
+		if err := os.MkdirAll(filepath.Dir(syncerRBACFile), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(syncerRBACFile, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(syncerRBACFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Errorf("%s differs from the chart's rendering; run WARDEN_UPDATE_RBAC=1 hack/chart-test.sh -run TestPolicySyncerRBACFile", syncerRBACFile)
+	}
 }

@@ -79,6 +79,10 @@ type watch struct {
 	informer cache.SharedIndexInformer
 	stop     context.CancelFunc
 	users    map[string]bool
+
+	// failure is why the informer's last list or watch failed, nil once one
+	// succeeds; guarded by Syncer.mu.
+	failure error
 }
 
 // syncState is what the Syncer keeps of one PolicySync between reconciles.
@@ -276,6 +280,15 @@ func (s *Syncer) startWatch(newInformer func(context.Context) cache.SharedIndexI
 		UpdateFunc: func(_, o any) { notify(o) },
 		DeleteFunc: notify,
 	})
+	// A list refused (a Secret the syncer may not read) leaves the
+	// informer unsynced and retrying: the failure is kept for the status.
+	_ = w.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		s.mu.Lock()
+		w.failure = err
+		s.mu.Unlock()
+		s.notify(w)
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	})
 	go w.informer.RunWithContext(ctx)
 	return w
 }
@@ -460,6 +473,9 @@ func (s *Syncer) readKubeconfig(user, name, key string) ([]byte, error) {
 		key = "kubeconfig"
 	}
 	if !w.informer.HasSynced() {
+		if w.failure != nil {
+			return nil, fmt.Errorf("reading the kubeconfig Secret %s/%s: %w", s.opts.Namespace, name, w.failure)
+		}
 		return nil, errSecretNotRead
 	}
 	item, ok, _ := w.informer.GetStore().GetByKey(s.opts.Namespace + "/" + name)

@@ -5,6 +5,7 @@ package cluster_test
 import (
 	"log/slog"
 	"maps"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -17,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 	syncv1alpha1 "github.com/wardenhq/warden/api/sync/v1alpha1"
@@ -602,4 +605,72 @@ func TestPolicySyncOCM(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the ManifestWork is deleted", func() bool { return work() == nil })
+}
+
+// TestPolicySyncChartRBAC runs the syncer with exactly the permissions the
+// Helm chart gives it (testdata/policysync-rbac, a copy of the chart's
+// rendering kept by hack/charttest), impersonating its ServiceAccount: it
+// syncs what it is given and reports, in the status, what it is not.
+func TestPolicySyncChartRBAC(t *testing.T) {
+	hub, spoke := startSyncCluster(t), startSyncCluster(t)
+	ctx := t.Context()
+	mustCreate(t, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: syncNamespace}})
+	raw, err := os.ReadFile("testdata/policysync-rbac/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, hub.Client, u)
+	}
+	mustCreate(t, hub.Client, kubeconfigSecret(t, "spoke-a", spoke))
+	mustCreate(t, hub.Client, kubeconfigSecret(t, "spoke-b", spoke)) // not granted
+	mustCreate(t, hub.Client, syncedPolicy("baseline", map[string]string{"sync": "true"}, policiesv1.PolicyModeProtect))
+
+	cfg := rest.CopyConfig(hub.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + syncNamespace + ":warden-policy-syncer",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + syncNamespace, "system:authenticated"},
+	}
+	startSyncer(t, &clustertest.Cluster{Config: cfg})
+	mustCreate(t, hub.Client, &syncv1alpha1.PolicySync{
+		ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
+		Spec: syncv1alpha1.PolicySyncSpec{
+			PoliciesToSync: []syncv1alpha1.GroupVersionResource{
+				{Group: capGVR.Group, Version: "v1", Resource: capGVR.Resource},
+				{Group: apGVR.Group, Version: "v1", Resource: apGVR.Resource}, // not granted
+			},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"sync": "true"}},
+			Clusters: []syncv1alpha1.Cluster{
+				{Name: "spoke-a", KubeconfigSecretRef: syncv1alpha1.SecretKeySelector{Name: "spoke-a"}},
+				{Name: "spoke-b", KubeconfigSecretRef: syncv1alpha1.SecretKeySelector{Name: "spoke-b"}},
+			},
+		},
+	})
+	eventually(t, "spoke-a holds the copy", func() bool { return object(t, spoke.Client, capGVR, "", "baseline") != nil })
+	eventually(t, "the status says what the syncer may not read", func() bool {
+		ps := policySync(t, hub.Client, "fleet")
+		a, b := clusterStatus(ps, "spoke-a"), clusterStatus(ps, "spoke-b")
+		return len(ps.Status.PoliciesToSync) == 2 && ps.Status.PoliciesToSync[0].Valid && a != nil && a.Reachable &&
+			objectStatusOf(a, capGVR, "", "baseline") != nil && b != nil && !b.Reachable
+	})
+	ps := policySync(t, hub.Client, "fleet")
+	if got, want := ps.Status.PoliciesToSync[1].Message, "the syncer may not list admissionpolicies.v1.policies.kubewarden.io on the hub"; got != want {
+		t.Errorf("admissionpolicies: %q, want %q", got, want)
+	}
+	if got, want := clusterStatus(ps, "spoke-b").Message, "reading the kubeconfig Secret kubewarden/spoke-b: "; !strings.HasPrefix(got, want) || !strings.Contains(got, "forbidden") {
+		t.Errorf("spoke-b: %q, want %q... forbidden", got, want)
+	}
+
+	// The finalizer is removed, and the copy deleted, with these rights too.
+	if err := hub.Client.Delete(ctx, &syncv1alpha1.PolicySync{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the copy is deleted and the PolicySync gone", func() bool {
+		err := hub.Client.Get(ctx, client.ObjectKey{Name: "fleet"}, &syncv1alpha1.PolicySync{})
+		return apierrors.IsNotFound(err) && object(t, spoke.Client, capGVR, "", "baseline") == nil
+	})
 }
