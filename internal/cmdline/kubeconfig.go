@@ -1,7 +1,10 @@
 package cmdline
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -18,4 +21,29 @@ func RESTConfig(path string) (*rest.Config, error) {
 		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
 	}
 	return cfg, nil
+}
+
+// Starter is what RunManager runs: a controller-runtime manager.
+type Starter interface {
+	Start(ctx context.Context) error
+}
+
+// RunManager is the end of a controller daemon's Main: it logs JSON to
+// stderr, loads the configuration --kubeconfig names, makes the manager
+// with newManager and runs it until ctx is done. It returns the exit code,
+// 1 after an error, which it prints on stderr.
+func RunManager(ctx context.Context, stderr io.Writer, kubeconfig string, newManager func(*rest.Config, *slog.Logger) (Starter, error)) int {
+	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	cfg, err := RESTConfig(kubeconfig)
+	if err == nil {
+		var mgr Starter
+		if mgr, err = newManager(cfg, logger); err == nil {
+			err = mgr.Start(ctx)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "Error: %v\n", err)
+		return 1
+	}
+	return 0
 }

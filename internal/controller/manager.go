@@ -58,22 +58,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return 2
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	cfg, err := cmdline.RESTConfig(opts.Kubeconfig)
-	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 1
-	}
-	mgr, err := NewManager(cfg, opts, logger)
-	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 1
-	}
-	if err := mgr.Start(ctx); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 1
-	}
-	return 0
+	return cmdline.RunManager(ctx, stderr, opts.Kubeconfig, func(cfg *rest.Config, logger *slog.Logger) (cmdline.Starter, error) {
+		return NewManager(cfg, opts, logger)
+	})
 }
 
 // otelEnv returns the OTEL_EXPORTER_OTLP_* variables of environ (as

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
 
 	"github.com/wardenhq/warden/internal/buildinfo"
 	"github.com/wardenhq/warden/internal/cmdline"
@@ -30,20 +31,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return cmdline.ExitUsage
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	cfg, err := cmdline.RESTConfig(opts.Kubeconfig)
-	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 1
-	}
-	mgr, err := NewManager(cfg, opts, logger)
-	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 1
-	}
-	if err := mgr.Start(ctx); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 1
-	}
-	return 0
+	return cmdline.RunManager(ctx, stderr, opts.Kubeconfig, func(cfg *rest.Config, logger *slog.Logger) (cmdline.Starter, error) {
+		return NewManager(cfg, opts, logger)
+	})
 }
