@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,45 +45,20 @@ type ocmCluster struct {
 	logger   *slog.Logger
 	changed  func()
 
-	kick chan struct{}
-
-	mu       sync.Mutex
-	desired  *desiredState
-	status   syncv1alpha1.ClusterStatus
-	reported bool
+	workerState
 }
 
 func newOCMCluster(syncName, cluster string, hub dynamic.Interface, resync, timeout time.Duration, logger *slog.Logger, changed func()) *ocmCluster {
 	return &ocmCluster{
-		syncName: syncName,
-		cluster:  cluster,
-		hub:      hub,
-		resync:   resync,
-		timeout:  timeout,
-		logger:   logger.With("policySync", syncName, "managedCluster", cluster),
-		changed:  changed,
-		kick:     make(chan struct{}, 1),
-		status:   syncv1alpha1.ClusterStatus{Name: cluster},
+		syncName:    syncName,
+		cluster:     cluster,
+		hub:         hub,
+		resync:      resync,
+		timeout:     timeout,
+		logger:      logger.With("policySync", syncName, "managedCluster", cluster),
+		changed:     changed,
+		workerState: newWorkerState(cluster),
 	}
-}
-
-func (o *ocmCluster) setDesired(d *desiredState) {
-	o.mu.Lock()
-	same := o.desired != nil && o.desired.digest == d.digest
-	o.desired = d
-	o.mu.Unlock()
-	if !same {
-		select {
-		case o.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (o *ocmCluster) clusterStatus() (syncv1alpha1.ClusterStatus, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return *o.status.DeepCopy(), o.reported
 }
 
 // run writes the ManifestWork at each change and reads its status every
@@ -148,12 +122,6 @@ func (o *ocmCluster) pass(ctx context.Context) error {
 	}
 	o.setStatus(workStatus(o.cluster, work, desired))
 	return nil
-}
-
-func (o *ocmCluster) setStatus(s syncv1alpha1.ClusterStatus) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.status, o.reported = s, true
 }
 
 // manifestWork is the ManifestWork holding the copies of desired, with a

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -79,21 +78,16 @@ type spoke struct {
 	// changed is called after each pass, with the spoke's new status.
 	changed func()
 
-	kick chan struct{}
-
-	mu      sync.Mutex
-	desired *desiredState
-	// kubeconfig is the content of the cluster's kubeconfig Secret, and
-	// config the client configuration read from it; configErr says why
-	// there is none.
+	workerState
+	// Guarded by workerState.mu: kubeconfig is the content of the
+	// cluster's kubeconfig Secret, and config the client configuration read
+	// from it; configErr says why there is none.
 	kubeconfig []byte
 	config     *rest.Config
 	configErr  error
 	// configChanged is set when a new configuration arrives, so that the
 	// next kick is tried at once even during a backoff.
 	configChanged bool
-	status        syncv1alpha1.ClusterStatus
-	reported      bool
 
 	// Owned by run's goroutine.
 	client    dynamic.Interface
@@ -118,24 +112,11 @@ func newSpoke(syncName, cluster string, resync, timeout time.Duration, logger *s
 		timeout:     timeout,
 		logger:      logger.With("policySync", syncName, "cluster", cluster),
 		changed:     changed,
-		kick:        make(chan struct{}, 1),
-		status:      syncv1alpha1.ClusterStatus{Name: cluster},
+		workerState: newWorkerState(cluster),
 		applied:     map[objectKey]applied{},
 		objects:     map[objectKey]syncv1alpha1.ObjectStatus{},
 		conflicts:   map[objectKey]syncv1alpha1.ConflictStatus{},
 		touchedGVRs: map[schema.GroupVersionResource]bool{},
-	}
-}
-
-// setDesired hands the spoke a new desired state; it is applied at once
-// unless the spoke is backing off.
-func (s *spoke) setDesired(d *desiredState) {
-	s.mu.Lock()
-	same := s.desired != nil && s.desired.digest == d.digest
-	s.desired = d
-	s.mu.Unlock()
-	if !same {
-		s.poke()
 	}
 }
 
@@ -160,21 +141,6 @@ func (s *spoke) setKubeconfig(kubeconfig []byte, readErr error) {
 	if !unchanged {
 		s.poke()
 	}
-}
-
-func (s *spoke) poke() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
-// clusterStatus returns the spoke's status, and whether it has made a
-// first pass yet.
-func (s *spoke) clusterStatus() (syncv1alpha1.ClusterStatus, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return *s.status.DeepCopy(), s.reported
 }
 
 // run syncs until ctx is done: at each kick, and every resync period, or
@@ -286,9 +252,7 @@ func (s *spoke) pass(ctx context.Context, full bool) error {
 	status := syncv1alpha1.ClusterStatus{Name: s.cluster, Reachable: true}
 	status.Objects = slices.SortedFunc(maps.Values(s.objects), compareObjectStatus)
 	status.Conflicts = slices.SortedFunc(maps.Values(s.conflicts), compareConflictStatus)
-	s.mu.Lock()
-	s.status, s.reported = status, true
-	s.mu.Unlock()
+	s.setStatus(status)
 	return nil
 }
 
