@@ -3,16 +3,14 @@
 package cluster_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 )
 
 // TestCELParams runs native cel-policies whose params are ConfigMaps of a
@@ -52,34 +50,17 @@ func TestCELParams(t *testing.T) {
 	// returns "accept" or the rejection's code and message.
 	answer := func(id string, replicas int) string {
 		t.Helper()
-		review := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","kind":{"group":"apps","version":"v1","kind":"Deployment"},`+
-			`"resource":{"group":"apps","version":"v1","resource":"deployments"},"name":"web","namespace":"team-a","operation":"CREATE",`+
-			`"object":{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"team-a"},"spec":{"replicas":%d}}}}`, replicas)
-		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/validate/%s", port, id), "application/json", strings.NewReader(review))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		var out struct {
-			Response struct {
-				Allowed bool `json:"allowed"`
-				Status  *struct {
-					Message string `json:"message"`
-					Code    int    `json:"code"`
-				} `json:"status"`
-			} `json:"response"`
-		}
-		if err := json.Unmarshal(body, &out); err != nil {
-			t.Fatalf("%s: %v\n%s", id, err, body)
-		}
+		review := admissiontest.New(admissiontest.WithUID("u"), admissiontest.WithKind("apps", "v1", "Deployment"),
+			admissiontest.WithResource("apps", "v1", "deployments"), admissiontest.WithName("web"), admissiontest.WithNamespace("team-a"),
+			admissiontest.WithObject(fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"team-a"},"spec":{"replicas":%d}}`, replicas)))
+		resp := validateReview(t, port, id, review.JSON())
 		switch {
-		case out.Response.Allowed:
+		case resp.Allowed:
 			return "accept"
-		case out.Response.Status == nil:
+		case resp.Status == nil:
 			return "reject"
 		}
-		return fmt.Sprintf("%d %s", out.Response.Status.Code, out.Response.Status.Message)
+		return fmt.Sprintf("%d %s", resp.Status.Code, resp.Status.Message)
 	}
 	for _, tt := range []struct {
 		id       string

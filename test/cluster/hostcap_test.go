@@ -23,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyserver"
@@ -267,14 +268,9 @@ func TestHostCapKubernetes(t *testing.T) {
 		doc := fmt.Sprintf("reads-cluster:\n  module: file://%s\n  settings: %s\n  hostCapabilities: [\"kubernetes/*\"]\n"+
 			"  contextAwareResources: [{apiVersion: v1, kind: Namespace}, {apiVersion: v1, kind: ConfigMap}]\n", policy, settings)
 		port := startPolicyServer(t, doc, kubeconfig)
-		review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-2","kind":{"group":"","version":"v1","kind":"Pod"},` +
-			`"resource":{"group":"","version":"v1","resource":"pods"},"name":"p","namespace":"team-a","operation":"CREATE","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}}}`
-		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/validate/reads-cluster", port), "application/json", strings.NewReader(review))
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		review := admissiontest.New(admissiontest.WithUID("u-2"), admissiontest.WithName("p"), admissiontest.WithNamespace("team-a"),
+			admissiontest.WithObject(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}`))
+		body := postReview(t, port, "reads-cluster", review.JSON())
 		for _, want := range []string{
 			`"allowed":false`,
 			`kubernetes/get_resource: {\"apiVersion\":\"v1\",\"kind\":\"Namespace\"`,
@@ -287,6 +283,46 @@ func TestHostCapKubernetes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// postReview sends review to /validate/<policy> of the policy server on
+// port (plain HTTP) and returns the body of its answer.
+func postReview(t *testing.T, port int, policy string, review []byte) []byte {
+	t.Helper()
+	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/validate/%s", port, policy), "application/json", bytes.NewReader(review))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// reviewResponse is the part of an AdmissionReview's response the tests
+// read.
+type reviewResponse struct {
+	Allowed bool `json:"allowed"`
+	Status  *struct {
+		Message string `json:"message"`
+		Code    int    `json:"code"`
+	} `json:"status"`
+}
+
+// validateReview sends review to /validate/<policy> of the policy server
+// on port and returns its response.
+func validateReview(t *testing.T, port int, policy string, review []byte) reviewResponse {
+	t.Helper()
+	body := postReview(t, port, policy, review)
+	var out struct {
+		Response reviewResponse `json:"response"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatalf("%s: %v\n%s", policy, err, body)
+	}
+	return out.Response
 }
 
 // startPolicyServer runs the policy server, as its command does, with the

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/reflector"
@@ -212,14 +212,9 @@ func TestReadinessWaitsForReflectors(t *testing.T) {
 	})
 	proxy.restore(t)
 	eventually(t, "the policy server is ready", func() bool { return ready(readiness) })
-	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-1","kind":{"group":"","version":"v1","kind":"Pod"},` +
-		`"resource":{"group":"","version":"v1","resource":"pods"},"name":"p","namespace":"default","operation":"CREATE","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}}}`
-	resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/validate/lists", port), "application/json", strings.NewReader(review))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	review := admissiontest.New(admissiontest.WithUID("u-1"), admissiontest.WithName("p"),
+		admissiontest.WithObject(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}`))
+	body := postReview(t, port, "lists", review.JSON())
 	if !strings.Contains(string(body), `"allowed":false`) || !strings.Contains(string(body), `\"name\":\"present\"`) {
 		t.Errorf("the first request once ready: %s", body)
 	}

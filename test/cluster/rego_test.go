@@ -3,10 +3,7 @@
 package cluster_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/rego/regotest"
 )
@@ -63,29 +61,13 @@ frozen-namespaces:
 		if kind == "Ingress" {
 			group = "networking.k8s.io"
 		}
-		review := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-1",`+
-			`"kind":{"group":%q,"version":"v1","kind":%q},"namespace":%q,"operation":"CREATE","object":%s}}`, group, kind, namespace, object)
-		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/validate/%s", port, policy), "application/json", strings.NewReader(review))
-		if err != nil {
-			t.Fatal(err)
+		resp := validateReview(t, port, policy, admissiontest.New(admissiontest.WithUID("u-1"),
+			admissiontest.WithKind(group, "v1", kind), admissiontest.WithResource(group, "v1", strings.ToLower(kind)+"s"),
+			admissiontest.WithNamespace(namespace), admissiontest.WithObject(object)).JSON())
+		if resp.Status == nil {
+			return resp.Allowed, ""
 		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		var out struct {
-			Response struct {
-				Allowed bool `json:"allowed"`
-				Status  *struct {
-					Message string `json:"message"`
-				} `json:"status"`
-			} `json:"response"`
-		}
-		if err := json.Unmarshal(body, &out); err != nil {
-			t.Fatalf("%s: %v", body, err)
-		}
-		if out.Response.Status == nil {
-			return out.Response.Allowed, ""
-		}
-		return out.Response.Allowed, out.Response.Status.Message
+		return resp.Allowed, resp.Status.Message
 	}
 	blog := `{"metadata":{"name":"blog","namespace":"news"},"spec":{"rules":[{"host":"shop.example.com"}]}}`
 
