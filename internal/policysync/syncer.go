@@ -105,10 +105,11 @@ type cachedCopy struct {
 	copy            spokeCopy
 }
 
+// validatedGVR is an entry of spec.policiesToSync and why it cannot be
+// synced (nil: it can).
 type validatedGVR struct {
-	gvr  schema.GroupVersionResource
-	info resourceInfo
-	err  error
+	gvr schema.GroupVersionResource
+	err error
 }
 
 // clusterWorker keeps one cluster of one PolicySync in sync, in a
@@ -231,8 +232,7 @@ func (s *Syncer) validate(ctx context.Context, gvrs []syncv1alpha1.GroupVersionR
 	out := make([]validatedGVR, 0, len(gvrs))
 	for _, g := range gvrs {
 		gvr := schema.GroupVersionResource{Group: g.Group, Version: g.Version, Resource: g.Resource}
-		info, err := s.validator.validate(ctx, gvr)
-		out = append(out, validatedGVR{gvr: gvr, info: info, err: err})
+		out = append(out, validatedGVR{gvr: gvr, err: s.validator.validate(ctx, gvr)})
 	}
 	return out
 }

@@ -23,42 +23,35 @@ var policyKinds = map[string]bool{
 	policiesv1.KindAdmissionPolicyGroup:        true,
 }
 
-// resourceInfo is what validation learnt of a valid resource.
-type resourceInfo struct {
-	kind       string
-	namespaced bool
-}
-
 // gvrValidator checks the resources of a PolicySync against the hub, as
 // RFC 002 says: the resource exists, the syncer may list and watch it, and
 // it has the policy shape.
 type gvrValidator struct {
 	discovery discovery.DiscoveryInterface
-	// reader reads CustomResourceDefinitions and creates
-	// SelfSubjectAccessReviews without a cache.
+	// reader reads CustomResourceDefinitions without a cache; writer
+	// creates SelfSubjectAccessReviews.
 	reader client.Reader
 	writer client.Writer
 }
 
-// validate returns what it learnt of gvr, or why it cannot be synced, in
-// words for the PolicySync's status.
-func (v *gvrValidator) validate(ctx context.Context, gvr schema.GroupVersionResource) (resourceInfo, error) {
+// validate returns why gvr cannot be synced, in words for the PolicySync's
+// status, or nil.
+func (v *gvrValidator) validate(ctx context.Context, gvr schema.GroupVersionResource) error {
 	resources, err := v.discovery.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
 	if err != nil && !apierrors.IsNotFound(err) {
-		return resourceInfo{}, fmt.Errorf("discovering %s on the hub: %w", gvr.GroupVersion(), err)
+		return fmt.Errorf("discovering %s on the hub: %w", gvr.GroupVersion(), err)
 	}
-	var info resourceInfo
-	found := false
+	kind := ""
 	if resources != nil {
 		for _, r := range resources.APIResources {
 			if r.Name == gvr.Resource {
-				info, found = resourceInfo{kind: r.Kind, namespaced: r.Namespaced}, true
+				kind = r.Kind
 				break
 			}
 		}
 	}
-	if !found {
-		return resourceInfo{}, fmt.Errorf("the hub does not serve %s", displayGVR(gvr))
+	if kind == "" {
+		return fmt.Errorf("the hub does not serve %s", displayGVR(gvr))
 	}
 
 	for _, verb := range []string{"list", "watch"} {
@@ -68,24 +61,24 @@ func (v *gvrValidator) validate(ctx context.Context, gvr schema.GroupVersionReso
 			},
 		}}
 		if err := v.writer.Create(ctx, review); err != nil {
-			return resourceInfo{}, fmt.Errorf("checking whether the syncer may %s %s: %w", verb, displayGVR(gvr), err)
+			return fmt.Errorf("checking whether the syncer may %s %s: %w", verb, displayGVR(gvr), err)
 		}
 		if !review.Status.Allowed {
-			return resourceInfo{}, fmt.Errorf("the syncer may not %s %s on the hub", verb, displayGVR(gvr))
+			return fmt.Errorf("the syncer may not %s %s on the hub", verb, displayGVR(gvr))
 		}
 	}
 
-	if gvr.Group == policiesv1.GroupName && policyKinds[info.kind] {
-		return info, nil
+	if gvr.Group == policiesv1.GroupName && policyKinds[kind] {
+		return nil
 	}
 	hasTargetRef, err := v.hasTargetRef(ctx, gvr)
 	if err != nil {
-		return resourceInfo{}, err
+		return err
 	}
 	if !hasTargetRef {
-		return resourceInfo{}, fmt.Errorf("%s is not a policy: it is not one of Warden's policy kinds and its schema has no .spec.targetRef", displayGVR(gvr))
+		return fmt.Errorf("%s is not a policy: it is not one of Warden's policy kinds and its schema has no .spec.targetRef", displayGVR(gvr))
 	}
-	return info, nil
+	return nil
 }
 
 // hasTargetRef says whether the schema of gvr's version has
