@@ -80,8 +80,9 @@ type watch struct {
 	stop     context.CancelFunc
 	users    map[string]bool
 
-	// failure is why the informer's last list or watch failed, nil once one
-	// succeeds; guarded by Syncer.mu.
+	// failure is why the informer's last list or watch failed, nil if
+	// none did; read only while the informer has not synced. Guarded by
+	// Syncer.mu.
 	failure error
 }
 
