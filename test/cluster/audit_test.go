@@ -29,6 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	wgpolicyv1alpha2 "sigs.k8s.io/wg-policy-prototypes/policy-report/pkg/api/wgpolicyk8s.io/v1alpha2"
 
@@ -1013,6 +1014,7 @@ func TestAuditScale(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		profiled := profileAPIServer(t, cl.Config, run)
 		// The peak RSS is the kernel's high-water mark of the process
 		// (VmHWM), as last read before it exits: rusage's maxrss of a
 		// child counts the parent's memory from before the exec.
@@ -1041,6 +1043,7 @@ func TestAuditScale(t *testing.T) {
 		wall := time.Since(start)
 		close(exited)
 		<-polled
+		<-profiled
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", run, err, stderr.String())
 		}
@@ -1063,4 +1066,36 @@ func TestAuditScale(t *testing.T) {
 			float64(hwm.Load())/1024, strings.Join(strings.Fields(string(load))[:3], " "),
 			counts["resources"], counts["evaluation_errors"], counts["reports_created"], counts["reports_updated"], counts["reports_unchanged"], counts["reports_reused"])
 	}
+}
+
+// profileAPIServer takes a CPU profile of the API server for
+// WARDEN_AUDIT_BENCH_PROFILE seconds, if set, into
+// WARDEN_AUDIT_BENCH_PROFILE_DIR (default: the test's temporary directory),
+// named after the run. The returned channel is closed when it is written.
+func profileAPIServer(t *testing.T, config *rest.Config, run string) <-chan struct{} {
+	done := make(chan struct{})
+	seconds := os.Getenv("WARDEN_AUDIT_BENCH_PROFILE")
+	if seconds == "" {
+		close(done)
+		return done
+	}
+	dir := os.Getenv("WARDEN_AUDIT_BENCH_PROFILE_DIR")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	file := filepath.Join(dir, "apiserver-"+strings.Fields(run)[0]+".pprof")
+	go func() {
+		defer close(done)
+		body, err := kubernetes.NewForConfigOrDie(config).RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", seconds).Timeout(10 * time.Minute).DoRaw(context.Background())
+		if err == nil {
+			err = os.WriteFile(file, body, 0o644)
+		}
+		if err != nil {
+			t.Errorf("profiling the API server: %v", err)
+			return
+		}
+		t.Logf("API server CPU profile of the %s: %s", run, file)
+	}()
+	return done
 }
