@@ -21,7 +21,7 @@ const (
 
 // Options configure one run of the audit scanner. Their flags are Kubewarden's
 // (docs/compatibility.md#audit-scanner), with its defaults, except --loglevel,
-// which defaults to info; --disable-result-reuse, --metrics-file, --metrics-pushgateway-url,
+// which defaults to info; --disable-result-reuse, --keep-unchanged-reports, --metrics-file, --metrics-pushgateway-url,
 // --kube-api-qps and --kube-api-burst are Warden's.
 type Options struct {
 	// Namespace scans this namespace only (-n).
@@ -56,6 +56,12 @@ type Options struct {
 	// report was computed from the same object and policies
 	// (AnnotationInputs).
 	DisableResultReuse bool
+	// KeepUnchangedReports leaves a report whose results did not change as
+	// it is, run-uid label included, instead of patching its run-uid label,
+	// and deletes the scope's reports that the run did not write by name
+	// rather than by the run-uid selector. The run-uid label then names the
+	// run that last wrote the report.
+	KeepUnchangedReports bool
 	// ParallelNamespaces, ParallelResources and ParallelPolicies bound the
 	// namespaces scanned at once, the resources of one scope audited at
 	// once, and the policies evaluated at once for one resource.
@@ -116,6 +122,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClientKey, "client-key", o.ClientKey, "PEM private key of --client-cert")
 	fs.BoolVar(&o.DisableStore, "disable-store", o.DisableStore, "Do not write reports to the cluster")
 	fs.BoolVar(&o.DisableResultReuse, "disable-result-reuse", o.DisableResultReuse, "Evaluate every object again, also those whose report was computed from the same version of the object and of its policies")
+	fs.BoolVar(&o.KeepUnchangedReports, "keep-unchanged-reports", o.KeepUnchangedReports, "Leave a report whose results did not change as it is, run-uid label included, and delete the reports of resources no longer audited by name: no write for an unchanged report, where Kubewarden's cleanup needs every report relabelled with the run's uid")
 	fs.IntVar(&o.ParallelNamespaces, "parallel-namespaces", o.ParallelNamespaces, "Namespaces scanned at once")
 	fs.IntVar(&o.ParallelResources, "parallel-resources", o.ParallelResources, "Resources of one namespace (or of the cluster-wide scan) audited at once")
 	fs.IntVar(&o.ParallelPolicies, "parallel-policies", o.ParallelPolicies, "Policies evaluated at once for one resource")

@@ -95,7 +95,7 @@ func (s *Scanner) Run(ctx context.Context) error {
 	runUID := uuid.NewString()
 	logger := s.logger.With(keyRunUID, runUID)
 	logger.InfoContext(ctx, "audit started", keyReportKind, s.kind.String())
-	st := &store{c: s.kube, kind: s.kind, runUID: runUID, pageSize: int64(s.opts.PageSize)}
+	st := &store{c: s.kube, kind: s.kind, runUID: runUID, pageSize: int64(s.opts.PageSize), keepUnchanged: s.opts.KeepUnchangedReports}
 	if s.kind.openReports && !s.opts.DisableStore {
 		if err := deleteLegacyReports(ctx, s.kube, int64(s.opts.PageSize), logger); err != nil {
 			logger.WarnContext(ctx, "legacy PolicyReports not deleted", keyError, err)
@@ -338,19 +338,29 @@ func (r *run) scanScope(ctx context.Context, ns *corev1.Namespace) *scopeResult 
 
 	res.err = stats.err()
 	if res.err == nil && !r.opts.DisableStore {
-		stale := !existingKnown
+		var stale []string
 		for name := range existing {
 			if !touched[name] {
-				stale = true
-				break
+				stale = append(stale, name)
 			}
 		}
-		if stale {
-			if err := r.store.cleanup(ctx, namespace); err != nil {
-				res.err = err
-			} else {
+		var err error
+		switch {
+		case existingKnown && r.opts.KeepUnchangedReports:
+			// The unchanged reports still carry the run-uid of the run
+			// that wrote them: the stale ones go by name.
+			if len(stale) > 0 {
+				err = r.store.deleteStale(ctx, namespace, stale, existing)
 				res.cleaned = true
 			}
+		case !existingKnown || len(stale) > 0:
+			// Without the listing, every report of the run was written
+			// whole, with this run's run-uid.
+			err = r.store.cleanup(ctx, namespace)
+			res.cleaned = true
+		}
+		if err != nil {
+			res.err, res.cleaned = err, false
 		}
 	}
 	res.duration = time.Since(start)
@@ -384,7 +394,8 @@ func (res *scopeResult) logArgs() []any {
 // selects it, --parallel-policies at a time, prints its report with
 // --output-scan and stores it. When the scope's listing found a report of
 // it computed from the same inputs (AnnotationInputs), it keeps that
-// report, patching its run-uid label only, and evaluates nothing. It
+// report, patching its run-uid label only (or nothing, with
+// --keep-unchanged-reports), and evaluates nothing. It
 // returns the report's name once it is stored (or would be, with
 // --disable-store), "" when it was not.
 func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *policySelection, it item, existing map[string]existingReport, stats *scopeStats) string {
@@ -477,10 +488,10 @@ func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *polic
 }
 
 // reuseReport keeps prev, the report of obj found by the scope's listing,
-// patching its run-uid label only, counts its results and prints it with
-// --output-scan. It
-// returns the report's name and done false when the report changed or went
-// since the listing: obj must then be evaluated.
+// patching its run-uid label only (store.reuse), counts its results and
+// prints it with --output-scan. It returns the report's name, and done
+// false when the report changed or went since the listing: obj must then
+// be evaluated.
 func (r *run) reuseReport(ctx context.Context, logger *slog.Logger, obj *unstructured.Unstructured, prev existingReport, stats *scopeStats) (name string, done bool) {
 	target := r.kind.empty(obj.GetNamespace() == "")
 	target.SetName(string(obj.GetUID()))

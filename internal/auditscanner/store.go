@@ -23,6 +23,9 @@ type store struct {
 	kind     reportKind
 	runUID   string
 	pageSize int64
+	// keepUnchanged leaves unchanged reports as they are
+	// (Options.KeepUnchangedReports).
+	keepUnchanged bool
 }
 
 // existingReport is what the store keeps of a report found at the start of
@@ -94,7 +97,8 @@ type outcome int
 const (
 	outcomeCreated outcome = iota
 	outcomeUpdated
-	// outcomeUnchanged: only the run-uid label was patched.
+	// outcomeUnchanged: only the run-uid label was patched, or nothing
+	// was written (keepUnchanged).
 	outcomeUnchanged
 )
 
@@ -147,11 +151,15 @@ func annotationValue(v string) any {
 }
 
 // reuse patches the run-uid label of the report named as obj, which the
-// scope's listing found as prev, and nothing else. It returns the report as
+// scope's listing found as prev, and nothing else (keepUnchanged: writes
+// nothing, see keep). It returns the report as
 // patched (whole or its metadata only, as patchRunUID), and reused false
 // when the report changed or went since the listing (its object must then
 // be evaluated).
 func (st *store) reuse(ctx context.Context, obj client.Object, prev existingReport, whole bool) (stored client.Object, reused bool, err error) {
+	if st.keepUnchanged {
+		return st.keep(ctx, obj, prev, whole)
+	}
 	stored, err = st.patchRunUID(ctx, obj, prev, prev.inputs, whole)
 	switch {
 	case err == nil:
@@ -162,6 +170,25 @@ func (st *store) reuse(ctx context.Context, obj client.Object, prev existingRepo
 	return nil, false, fmt.Errorf("patching the run-uid of report %s: %w", obj.GetName(), err)
 }
 
+// keep is reuse when unchanged reports are left as they are: it writes
+// nothing, and reads the report only when whole is set, to return it.
+func (st *store) keep(ctx context.Context, obj client.Object, prev existingReport, whole bool) (stored client.Object, reused bool, err error) {
+	if !whole {
+		return obj, true, nil
+	}
+	t := st.target(obj)
+	err = st.c.Get(ctx, client.ObjectKeyFromObject(t), t)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("reading report %s: %w", obj.GetName(), err)
+	case t.GetResourceVersion() != prev.resourceVersion:
+		return nil, false, nil
+	}
+	return t, true, nil
+}
+
 // write stores obj, whose digest is d, knowing what the scope's listing
 // found under its name (found, prev). A report found with the same digest
 // gets a merge patch of its run-uid label (and of its AnnotationInputs when
@@ -170,6 +197,9 @@ func (st *store) reuse(ctx context.Context, obj client.Object, prev existingRepo
 // scanner writes; a report not found is created. Each falls back to the
 // next when the cluster changed since the listing.
 func (st *store) write(ctx context.Context, obj client.Object, d digest, prev existingReport, found bool) (outcome, error) {
+	if found && prev.digest == d && st.keepUnchanged && obj.GetAnnotations()[AnnotationInputs] == prev.inputs {
+		return outcomeUnchanged, nil
+	}
 	if found && prev.digest == d {
 		_, err := st.patchRunUID(ctx, obj, prev, obj.GetAnnotations()[AnnotationInputs], false)
 		if err == nil {
@@ -254,6 +284,24 @@ func (st *store) cleanup(ctx context.Context, namespace string) error {
 	}
 	if err := st.c.DeleteAllOf(ctx, st.kind.empty(namespace == ""), opts...); err != nil {
 		return fmt.Errorf("deleting stale reports: %w", err)
+	}
+	return nil
+}
+
+// deleteStale deletes the reports of namespace (the cluster-wide ones when
+// empty) named in names, each guarded by the resourceVersion the scope's
+// listing found it at (in existing): a report written since then, by this
+// run or another, is kept.
+func (st *store) deleteStale(ctx context.Context, namespace string, names []string, existing map[string]existingReport) error {
+	for _, name := range names {
+		rv := existing[name].resourceVersion
+		t := st.kind.empty(namespace == "")
+		t.SetName(name)
+		t.SetNamespace(namespace)
+		err := st.c.Delete(ctx, t, client.Preconditions{ResourceVersion: &rv})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting stale report %s: %w", name, err)
+		}
 	}
 	return nil
 }

@@ -726,6 +726,69 @@ func TestAudit(t *testing.T) {
 		}
 	})
 
+	t.Run("--keep-unchanged-reports writes nothing for unchanged reports and deletes stale ones by name", func(t *testing.T) {
+		keep := append([]string{"--keep-unchanged-reports"}, openReports...)
+		// gone gets a report, then goes: its report is stale.
+		gone := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "gone", Labels: map[string]string{"forbidden": "yes"}}}
+		mustCreate(t, c, gone)
+		if s := runAudit(t, kubeconfig, openReports...); s.code != 0 || s.counts["reports_created"] != 1 {
+			t.Fatalf("exit %d, counts %v, want gone's report created\n%s", s.code, s.counts, s.logs)
+		}
+		if err := c.Delete(t.Context(), gone); err != nil {
+			t.Fatal(err)
+		}
+		before, beforeCluster := reportsOf(t, c, "Report"), reportsOf(t, c, "ClusterReport")
+		oldUID := runUIDOf(t, before)
+		bad := cms["team-a/bad"]
+		touch(t, bad) // evaluated again: its report's scope has the new resourceVersion
+		total := len(before) + len(beforeCluster) - 1
+
+		s := runAudit(t, kubeconfig, keep...)
+		if s.code != 0 {
+			t.Fatalf("exit %d\n%s", s.code, s.logs)
+		}
+		reports, clusterReports := reportsOf(t, c, "Report"), reportsOf(t, c, "ClusterReport")
+		if _, ok := reports["team-a/"+string(gone.UID)]; ok {
+			t.Error("the report of the deleted configmap was not deleted")
+		}
+		rv := func(r map[string]any) any { return r["metadata"].(map[string]any)["resourceVersion"] }
+		newUID := ""
+		for key, r := range reports {
+			if key == "team-a/"+string(bad.UID) {
+				newUID = r["metadata"].(map[string]any)["labels"].(map[string]any)["kubewarden.io/audit-scanner-run-uid"].(string)
+				continue
+			}
+			if rv(r) != rv(before[key]) {
+				t.Errorf("the unchanged report %s was written: resourceVersion %v then %v", key, rv(before[key]), rv(r))
+			}
+		}
+		for key, r := range clusterReports {
+			if rv(r) != rv(beforeCluster[key]) {
+				t.Errorf("the unchanged cluster report %s was written", key)
+			}
+		}
+		if newUID == "" || newUID == oldUID {
+			t.Errorf("bad's report, evaluated again, has run-uid %q, want the new run's", newUID)
+		}
+		if s.counts["reports_updated"] != 1 || s.counts["reports_unchanged"] != total-1 || s.counts["reports_reused"] != total-1 || s.counts["cleanups"] != 1 {
+			t.Errorf("counts %v, want 1 updated, %d unchanged and reused, 1 cleanup", s.counts, total-1)
+		}
+		if len(s.reports) != total {
+			t.Errorf("%d reports on stdout, want every report of the run (%d)", len(s.reports), total)
+		}
+
+		// Without the flag, every report carries the run's uid again and
+		// none is deleted.
+		s = runAudit(t, kubeconfig, openReports...)
+		reports = reportsOf(t, c, "Report")
+		if s.code != 0 || len(reports)+len(clusterReports) != total || s.counts["cleanups"] != 0 {
+			t.Fatalf("exit %d, %d reports, counts %v, want %d reports and no cleanup\n%s", s.code, len(reports)+len(clusterReports), s.counts, total, s.logs)
+		}
+		if runUIDOf(t, reports) != runUIDOf(t, reportsOf(t, c, "ClusterReport")) {
+			t.Error("the reports do not carry one run-uid")
+		}
+	})
+
 	// errorRun runs the scanner with args against a policy server that
 	// cannot answer, after changing team-a/bad (so that it is evaluated
 	// again), and checks that it fails, that the results are errors
