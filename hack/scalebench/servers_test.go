@@ -91,9 +91,12 @@ func (b *bench) runWarden(t *testing.T, sc scenario) serverResult {
 	res.DBReady = reflectorDBSize(dir)
 	if b.cfg.profileDir != "" && res.FirstAnswer > 0 {
 		b.saveProfile(base, "heap", sc.name+"-heap-idle.pprof")
+		b.saveProfile(base, "heap?debug=1", sc.name+"-heap-idle.txt")
 	}
+	p.logResident("idle")
 	b.loads(t, p, &res, base, sc.targets, wardenAllowed)
 	res.End = p.mem.now()
+	p.logResident("end")
 	res.DBEnd = reflectorDBSize(dir)
 	p.stop()
 	res.Problems = append(res.Problems, p.problems()...)
@@ -148,6 +151,7 @@ func (b *bench) startup(t *testing.T, p *process, res *serverResult, readinessUR
 	}
 	client := &http.Client{Timeout: 30 * time.Second}
 	ready := make(chan time.Duration, 1)
+	readyPeak := make(chan int64, 1)
 	go func() {
 		ready <- p.waitFor(b.ctx, 20*time.Millisecond, func() (bool, bool) {
 			resp, err := client.Get(readinessURL)
@@ -158,6 +162,8 @@ func (b *bench) startup(t *testing.T, p *process, res *serverResult, readinessUR
 			resp.Body.Close()
 			return resp.StatusCode == http.StatusOK, false
 		})
+		readyPeak <- p.mem.peakNow()
+		p.logResident("ready")
 	}()
 	// Until the store has the whole population, the list policies reject
 	// with "want at least": that is waited for. Any other wrong answer is
@@ -183,7 +189,7 @@ func (b *bench) startup(t *testing.T, p *process, res *serverResult, readinessUR
 	})
 	res.StartupCPU = p.cpu()
 	res.StartupPeakRSS = p.mem.resetPeak()
-	res.Ready = <-ready
+	res.Ready, res.ReadyPeakRSS = <-ready, <-readyPeak
 	if res.FirstAnswer <= 0 || res.Ready <= 0 {
 		res.Problems = append(res.Problems, fmt.Sprintf("never answered: ready after %v, first answer after %v; last answer: %s; %s",
 			res.Ready, res.FirstAnswer, lastAnswer, p.exitState()))
@@ -348,6 +354,17 @@ type process struct {
 	mem     *memorySampler
 	exited  chan struct{}
 	waitErr error
+}
+
+// logResident logs the process's resident memory by kind (residentBy),
+// when is the phase it is in.
+func (p *process) logResident(when string) {
+	r, err := processResident(p.cmd.Process.Pid)
+	if err != nil {
+		logf("%s: resident memory, %s: %v", p.name, when, err)
+		return
+	}
+	logf("%s: resident memory, %s: %v", p.name, when, r)
 }
 
 // startProcess starts bin with args and env, its output going to logPath,
