@@ -254,6 +254,18 @@ func (env *Environment) SetAliases(aliases map[string]string) {
 	env.publish()
 }
 
+// Configs returns the configuration of every policy served, by id: the
+// version serving, also where a newer one failed to load.
+func (env *Environment) Configs() map[string]*PolicyConfig {
+	env.stateMu.Lock()
+	defer env.stateMu.Unlock()
+	out := make(map[string]*PolicyConfig, len(env.entries))
+	for id, e := range env.entries {
+		out[id] = e.config
+	}
+	return out
+}
+
 // Status returns the status of every policy served or that failed, sorted
 // by id.
 func (env *Environment) Status() []PolicyStatus {

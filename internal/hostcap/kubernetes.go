@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -209,6 +210,37 @@ func (k *Kubernetes) Reflect(apiVersion, kind string) error {
 	}
 	_, err = k.reflectors.Start(m.Resource)
 	return err
+}
+
+// RetainReflectors stops the reflectors of every kind but kinds (the kinds
+// the policies served may read) and drops their copies: a policy removed
+// leaves nothing watching. A kind dropped and wanted again is listed anew.
+// When a kind cannot be resolved (discovery failed), nothing is stopped:
+// its reflector could not be told from the others.
+func (k *Kubernetes) RetainReflectors(ctx context.Context, kinds []schema.GroupVersionKind) {
+	if k.reflectors == nil {
+		return
+	}
+	keep := map[schema.GroupVersionResource]bool{}
+	for _, gvk := range kinds {
+		apiVersion, kind := gvk.ToAPIVersionAndKind()
+		m, err := k.mapping(apiVersion, kind)
+		if unknown := (*unknownKindError)(nil); errors.As(err, &unknown) {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		keep[m.Resource] = true
+	}
+	k.pendingMu.Lock()
+	for gvk := range k.pending {
+		if !slices.Contains(kinds, gvk) {
+			delete(k.pending, gvk)
+		}
+	}
+	k.pendingMu.Unlock()
+	k.reflectors.Retain(ctx, func(gvr schema.GroupVersionResource) bool { return keep[gvr] })
 }
 
 // ListsChangedSince tells whether the objects of a kind changed since a

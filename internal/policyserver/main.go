@@ -68,6 +68,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	if kube != nil {
 		defer kube.close()
 		opts.Reflect = kube.Reflect
+		opts.RetainReflectors = kube.RetainReflectors
 		opts.ReflectorsSettled = kube.ReflectorsSettled
 		opts.Kube = kube.config // cluster mode reads its revisions there
 	}

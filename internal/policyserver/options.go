@@ -1,6 +1,7 @@
 package policyserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
 	"github.com/wardenhq/warden/internal/certwatch"
@@ -90,6 +92,9 @@ type Options struct {
 	// policies may read, to start keeping a copy of its objects (RFC 004);
 	// an error is logged, and the kind's first list tries again.
 	Reflect func(apiVersion, kind string) error
+	// RetainReflectors, when set, is called after a reload with the kinds
+	// the policies served may read, to stop keeping a copy of the others.
+	RetainReflectors func(ctx context.Context, kinds []schema.GroupVersionKind)
 	// ReflectorsSettled, when set, tells whether the copies Reflect started
 	// hold their first full list (or cannot be listed at all): the server
 	// is not ready before it first does, as a request reading a kind not

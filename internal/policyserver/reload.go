@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/wardenhq/warden/internal/engine"
 	"github.com/wardenhq/warden/internal/observability"
@@ -69,6 +70,20 @@ func (s *Server) startReflectors(ctx context.Context, configs map[string]*engine
 	}
 }
 
+// retainReflectors stops keeping a copy of the Kubernetes kinds that no
+// policy served may read any more (a policy removed, or its
+// contextAwareResources changed).
+func (s *Server) retainReflectors(ctx context.Context) {
+	if s.opts.RetainReflectors == nil {
+		return
+	}
+	var kinds []schema.GroupVersionKind
+	for _, r := range engine.ReadResources(s.env.Configs()) {
+		kinds = append(kinds, schema.FromAPIVersionAndKind(r.APIVersion, r.Kind))
+	}
+	s.opts.RetainReflectors(ctx, kinds)
+}
+
 // Reload reads the policies file again and applies what changed: new
 // policies are added, changed ones replaced, missing ones removed. A policy
 // whose new version fails keeps its previous version serving; a file that
@@ -108,6 +123,7 @@ func (s *Server) Reload(ctx context.Context) []engine.Change {
 	for _, c := range changes {
 		s.recordReload(ctx, c)
 	}
+	s.retainReflectors(ctx)
 	return changes
 }
 

@@ -9,11 +9,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/engine"
@@ -304,5 +307,55 @@ func TestHotReloadFailures(t *testing.T) {
 	}
 	if !strings.Contains(ts.logs.String(), "policy change failed: the previous version keeps serving") {
 		t.Errorf("no failed change logged:\n%s", ts.logs.String())
+	}
+}
+
+// TestReloadRetainsTheReflectorsOfServedPolicies: after a reload, the
+// policy server keeps copies of the kinds its policies serving may read
+// and of no other (test/cluster's TestReflectedLists stops the reflectors
+// themselves on a real API server). A policy whose new version failed still
+// serves its previous one, and keeps its kinds.
+func TestReloadRetainsTheReflectorsOfServedPolicies(t *testing.T) {
+	doc := func(pKind, qKind string, pModule string) string {
+		d := fmt.Sprintf("p: {module: %s, contextAwareResources: [{apiVersion: v1, kind: %s}]}\n", pModule, pKind)
+		if qKind != "" {
+			d += fmt.Sprintf("q: {module: {labels}, contextAwareResources: [{apiVersion: v1, kind: %s}]}\n", qKind)
+		}
+		return policiesDoc(t, d)
+	}
+	path := writePolicies(t, doc("ConfigMap", "Namespace", "{labels}"))
+	opts := testOptions(t, path)
+	opts.WatchPolicies = false
+	var mu sync.Mutex
+	var retained []string
+	opts.Reflect = func(string, string) error { return nil }
+	opts.RetainReflectors = func(_ context.Context, kinds []schema.GroupVersionKind) {
+		mu.Lock()
+		defer mu.Unlock()
+		retained = retained[:0]
+		for _, k := range kinds {
+			retained = append(retained, k.Kind)
+		}
+		slices.Sort(retained)
+	}
+	ts := startServer(t, opts)
+	steps := []struct {
+		name, doc string
+		want      []string
+	}{
+		{"q removed", doc("ConfigMap", "", "{labels}"), []string{"ConfigMap"}},
+		{"q added again", doc("ConfigMap", "Namespace", "{labels}"), []string{"ConfigMap", "Namespace"}},
+		{"p's new version fails", doc("Secret", "Namespace", "'file:///nonexistent/policy.wasm'"), []string{"ConfigMap", "Namespace"}},
+		{"p's kind changes", doc("Secret", "Namespace", "{labels}"), []string{"Namespace", "Secret"}},
+	}
+	for _, s := range steps {
+		replaceFile(t, path, "rename", s.doc)
+		ts.srv.Reload(t.Context())
+		mu.Lock()
+		got := slices.Clone(retained)
+		mu.Unlock()
+		if !slices.Equal(got, s.want) {
+			t.Errorf("%s: kinds retained %v, want %v", s.name, got, s.want)
+		}
 	}
 }

@@ -271,6 +271,7 @@ func (r *revisions) sync(ctx context.Context) {
 			loadErrs[ch.ID] = ch.Err
 		}
 	}
+	r.s.retainReflectors(ctx)
 	aliases := newestAliases(list, func(id string) bool { _, ok := desired[id]; return ok && loadErrs[id] == nil })
 	if !maps.Equal(aliases, r.aliases) {
 		r.s.env.SetAliases(aliases)

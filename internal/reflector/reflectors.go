@@ -86,7 +86,9 @@ func (r *Reflectors) nextPageSize(n, size int) int64 {
 
 // reflected is the state of one resource's reflector.
 type reflected struct {
-	table *Table
+	table  *Table
+	cancel context.CancelFunc // stops the reflector
+	done   chan struct{}      // closed when it stopped
 
 	mu      sync.Mutex
 	listErr error // of the last list, nil once one succeeded
@@ -143,9 +145,13 @@ func (r *Reflectors) Start(gvr schema.GroupVersionResource) (*Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	rf := &reflected{table: t}
+	ctx, cancel := context.WithCancel(r.ctx)
+	rf := &reflected{table: t, cancel: cancel, done: make(chan struct{})}
 	r.reflected[gvr] = rf
-	r.wg.Go(func() { r.run(gvr, rf) })
+	r.wg.Go(func() {
+		defer close(rf.done)
+		r.run(ctx, gvr, rf)
+	})
 	r.logger.Info("reflector started", observability.KeyResource, gvr.String(), observability.KeyTable, t.Name())
 	return t, nil
 }
@@ -183,6 +189,34 @@ func (r *Reflectors) Settled() bool {
 	return true
 }
 
+// Retain stops the reflectors of the resources keep rejects, waits for
+// them and drops their tables: no policy reads those resources any more.
+// A resource started again later is listed anew. It returns the resources
+// whose reflectors it stopped.
+func (r *Reflectors) Retain(ctx context.Context, keep func(schema.GroupVersionResource) bool) []schema.GroupVersionResource {
+	r.mu.Lock()
+	stopped := map[schema.GroupVersionResource]*reflected{}
+	for gvr, rf := range r.reflected {
+		if !keep(gvr) {
+			rf.cancel()
+			stopped[gvr] = rf
+			delete(r.reflected, gvr)
+		}
+	}
+	r.mu.Unlock()
+	var out []schema.GroupVersionResource
+	for gvr, rf := range stopped {
+		<-rf.done
+		if err := r.store.Drop(ctx, gvr); err != nil {
+			r.logger.Warn("reflector stopped, its table not dropped", observability.KeyResource, gvr.String(), observability.KeyError, err)
+		} else {
+			r.logger.Info("reflector stopped: no policy reads its resource", observability.KeyResource, gvr.String())
+		}
+		out = append(out, gvr)
+	}
+	return out
+}
+
 // Stop stops every reflector and waits for them.
 func (r *Reflectors) Stop() {
 	r.cancel()
@@ -193,34 +227,34 @@ func (r *Reflectors) Stop() {
 // lists again.
 var errRelist = errors.New("the watch's resource version is too old")
 
-// run lists and watches gvr until the reflectors stop: a failed list is
-// tried again after a backoff; a watch that ends is started again from the
-// last resource version it saw, and a watch that cannot be (410 Gone)
-// lists again.
-func (r *Reflectors) run(gvr schema.GroupVersionResource, rf *reflected) {
+// run lists and watches gvr until ctx is done (the reflector is stopped):
+// a failed list is tried again after a backoff; a watch that ends is
+// started again from the last resource version it saw, and a watch that
+// cannot be (410 Gone) lists again.
+func (r *Reflectors) run(ctx context.Context, gvr schema.GroupVersionResource, rf *reflected) {
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 10, Cap: 30 * time.Second}
 	retry := backoff
-	for r.ctx.Err() == nil {
-		rv, err := r.list(gvr, rf.table)
+	for ctx.Err() == nil {
+		rv, err := r.list(ctx, gvr, rf.table)
 		rf.mu.Lock()
 		rf.listErr = err
 		rf.mu.Unlock()
 		if err != nil {
-			if r.ctx.Err() == nil {
+			if ctx.Err() == nil {
 				r.logger.Warn("reflector cannot list its objects: trying again", observability.KeyResource, gvr.String(), observability.KeyError, err)
-				r.sleep(retry.Step())
+				sleep(ctx, retry.Step())
 			}
 			continue
 		}
 		retry = backoff
-		for r.ctx.Err() == nil {
-			rv, err = r.watch(gvr, rf.table, rv)
-			if errors.Is(err, errRelist) || r.ctx.Err() != nil {
+		for ctx.Err() == nil {
+			rv, err = r.watch(ctx, gvr, rf.table, rv)
+			if errors.Is(err, errRelist) || ctx.Err() != nil {
 				break
 			}
 			if err != nil {
 				r.logger.Warn("reflector watch failed: watching again", observability.KeyResource, gvr.String(), observability.KeyError, err)
-				r.sleep(retry.Step())
+				sleep(ctx, retry.Step())
 				continue
 			}
 			retry = backoff
@@ -228,13 +262,13 @@ func (r *Reflectors) run(gvr schema.GroupVersionResource, rf *reflected) {
 	}
 }
 
-// sleep waits d, or until the reflectors stop.
-func (r *Reflectors) sleep(d time.Duration) {
+// sleep waits d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
-	case <-r.ctx.Done():
+	case <-ctx.Done():
 	}
 }
 
@@ -259,10 +293,9 @@ type listPage struct {
 // list writes a full list of gvr's objects into t, a page at a time, and
 // returns the list's resource version. A continue token that expired
 // (the API server compacted its history meanwhile) starts the list again.
-func (r *Reflectors) list(gvr schema.GroupVersionResource, t *Table) (string, error) {
+func (r *Reflectors) list(ctx context.Context, gvr schema.GroupVersionResource, t *Table) (string, error) {
 	r.lists.Lock()
 	defer r.lists.Unlock()
-	ctx := r.ctx
 	l, err := t.NewListing(ctx)
 	if err != nil {
 		return "", err
@@ -330,7 +363,7 @@ type watchEvent struct {
 // watch writes the changes to gvr's objects after resource version rv into
 // t until the watch ends, and returns the last resource version seen. It
 // returns errRelist when the API server cannot watch from rv.
-func (r *Reflectors) watch(gvr schema.GroupVersionResource, t *Table, rv string) (string, error) {
+func (r *Reflectors) watch(ctx context.Context, gvr schema.GroupVersionResource, t *Table, rv string) (string, error) {
 	// As client-go's reflector: the API server ends the watch after 5 to
 	// 10 minutes, so that watches spread over the API servers.
 	timeout := 300 + rand.IntN(300)
@@ -340,7 +373,7 @@ func (r *Reflectors) watch(gvr schema.GroupVersionResource, t *Table, rv string)
 		Param("allowWatchBookmarks", "true").
 		Param("timeoutSeconds", strconv.Itoa(timeout)).
 		Timeout(time.Duration(timeout+30) * time.Second).
-		Stream(r.ctx)
+		Stream(ctx)
 	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 		return rv, errRelist
 	}
@@ -352,7 +385,7 @@ func (r *Reflectors) watch(gvr schema.GroupVersionResource, t *Table, rv string)
 	for {
 		var ev watchEvent
 		if err := d.Decode(&ev); err != nil {
-			if errors.Is(err, io.EOF) || r.ctx.Err() != nil {
+			if errors.Is(err, io.EOF) || ctx.Err() != nil {
 				return rv, nil
 			}
 			return rv, fmt.Errorf("reading the watch of %s: %w", gvr.Resource, err)
@@ -373,7 +406,7 @@ func (r *Reflectors) watch(gvr schema.GroupVersionResource, t *Table, rv string)
 			return rv, fmt.Errorf("reading the watch of %s: %w", gvr.Resource, err)
 		}
 		if ev.Type != "BOOKMARK" {
-			if err := r.apply(t, ev); err != nil {
+			if err := apply(ctx, t, ev); err != nil {
 				return rv, err
 			}
 		}
@@ -382,16 +415,16 @@ func (r *Reflectors) watch(gvr schema.GroupVersionResource, t *Table, rv string)
 }
 
 // apply writes one change into t.
-func (r *Reflectors) apply(t *Table, ev watchEvent) error {
+func apply(ctx context.Context, t *Table, ev watchEvent) error {
 	o, err := Trimmed(ev.Object, metav1.TypeMeta{})
 	if err != nil {
 		return err
 	}
 	switch ev.Type {
 	case "ADDED", "MODIFIED":
-		return t.Put(r.ctx, o)
+		return t.Put(ctx, o)
 	case "DELETED":
-		return t.Remove(r.ctx, o.Namespace, o.Name)
+		return t.Remove(ctx, o.Namespace, o.Name)
 	}
 	return fmt.Errorf("unknown watch event %q", ev.Type)
 }

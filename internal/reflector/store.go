@@ -52,6 +52,10 @@ type Store struct {
 	writer *sql.DB // one connection: SQLite has one writer at a time
 	reader *sql.DB
 
+	// writes numbers the tables' versions: a version is never used twice,
+	// not even by a table dropped and created again.
+	writes atomic.Uint64
+
 	mu     sync.Mutex
 	tables map[string]*Table
 }
@@ -136,8 +140,22 @@ func (s *Store) Table(ctx context.Context, gvr schema.GroupVersionResource) (*Ta
 		return nil, err
 	}
 	t := &Table{store: s, name: name, synced: make(chan struct{})}
+	t.version.Store(s.writes.Add(1))
 	s.tables[name] = t
 	return t, nil
+}
+
+// Drop drops the table of a resource, which must no longer be written.
+// Lists of it that are still running fail; Table creates it again, empty.
+func (s *Store) Drop(ctx context.Context, gvr schema.GroupVersionResource) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := TableName(gvr)
+	delete(s.tables, name)
+	if _, err := s.writer.ExecContext(ctx, `DROP TABLE IF EXISTS "`+name+`"`); err != nil {
+		return fmt.Errorf("dropping the table %s: %w", name, err)
+	}
+	return nil
 }
 
 // Table holds the objects of one resource, written by one reflector, and
@@ -150,7 +168,7 @@ type Table struct {
 	syncOnce sync.Once
 	synced   chan struct{} // closed by the first complete list
 
-	version atomic.Uint64 // counts the writes
+	version atomic.Uint64 // Store.writes at the last write
 
 	mu      sync.Mutex
 	changed time.Time // of the last write
@@ -179,8 +197,9 @@ func (t *Table) WaitSynced(ctx context.Context) error {
 	}
 }
 
-// Version counts the table's writes: what was read at one version is what
-// the table holds while Version answers the same.
+// Version changes at every write of the table: what was read at one
+// version is what the table holds while Version answers the same. No two
+// tables of a Store, dropped or not, have the same version.
 func (t *Table) Version() uint64 { return t.version.Load() }
 
 // ChangedSince reports whether the table was written after since.
@@ -194,7 +213,7 @@ func (t *Table) touch() {
 	t.mu.Lock()
 	t.changed = time.Now()
 	t.mu.Unlock()
-	t.version.Add(1)
+	t.version.Store(t.store.writes.Add(1))
 }
 
 // Object is an object as a table keeps it.

@@ -4,6 +4,7 @@ package cluster_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -53,7 +54,8 @@ func TestReflectedLists(t *testing.T) {
 	proxy := startProxy(t, cl.Config.Host)
 	viaProxy := rest.CopyConfig(cl.Config)
 	viaProxy.Host = "https://" + proxy.addr
-	store, err := reflector.Open(filepath.Join(t.TempDir(), "reflectors.db"))
+	dbPath := filepath.Join(t.TempDir(), "reflectors.db")
+	store, err := reflector.Open(dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +173,40 @@ func TestReflectedLists(t *testing.T) {
 	})
 	if got, want := list(reflected, "list_resources_by_namespace", teamB), list(direct, "list_resources_by_namespace", teamB); got != want {
 		t.Errorf("after the changes:\nreflected %s\ndirect    %s", got, want)
+	}
+	// The kinds no policy reads any more are no longer kept: ConfigMaps
+	// and Services go, Namespaces stay. A ConfigMap list afterwards (a
+	// policy reading them is back) lists them anew, with what changed
+	// while nothing watched them.
+	reflected.RetainReflectors(t.Context(), []schema.GroupVersionKind{{Version: "v1", Kind: "Namespace"}})
+	if _, tracked := reflected.ListsChangedSince("v1", "ConfigMap", time.Time{}); tracked {
+		t.Error("ConfigMaps are still kept after RetainReflectors left them out")
+	}
+	if _, tracked := reflected.ListsChangedSince("v1", "Namespace", time.Time{}); !tracked {
+		t.Error("Namespaces are no longer kept")
+	}
+	db, err := sql.Open("sqlite", "file:"+dbPath+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	rows, err := db.QueryContext(t.Context(), `SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
+	for err == nil && rows.Next() {
+		var name string
+		err = rows.Scan(&name)
+		tables = append(tables, name)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	db.Close()
+	if !slices.Equal(tables, []string{"v1_namespaces"}) {
+		t.Errorf("tables %v, want those of the kinds left out dropped", tables)
+	}
+	mustCreate(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "while-unwatched"}})
+	if got, want := list(reflected, "list_resources_by_namespace", teamB), list(direct, "list_resources_by_namespace", teamB); got != want || !strings.Contains(got, "while-unwatched") {
+		t.Errorf("ConfigMaps kept again:\nreflected %s\ndirect    %s", got, want)
 	}
 	before := list(reflected, "list_resources_by_namespace", teamB)
 	proxy.cut()
