@@ -74,8 +74,17 @@ func (s *idleSet[T]) drain() []T {
 // is closed rather than kept.
 const keptGrowth = 16 << 20
 
+// droppedGrowth is keptGrowth for an instance whose memory above its
+// baseline is given back to the system when it is kept (a waPC instance:
+// dropAbove), so that the bound is on address space, not memory. It is
+// larger: a Go guest handed a 1 MB host-call answer grows its heap by about
+// 18 MB, and closing its instance for that made the next call instantiate
+// the module again (a quarter of the CPU of such a policy).
+const droppedGrowth = 64 << 20
+
 // keepGrown reports whether an instance whose memory is size bytes, of which
-// its baseline needs base, may be kept.
-func keepGrown(size, base uint64) bool {
-	return size <= base+max(base, keptGrowth)
+// its baseline needs base, may be kept, growth being keptGrowth or
+// droppedGrowth.
+func keepGrown(size, base, growth uint64) bool {
+	return size <= base+max(base, growth)
 }

@@ -402,7 +402,7 @@ const dataLoadTimeout = 30 * time.Second
 // the data a Rego policy reads, however large, and some room to evaluate,
 // not what a one-off huge request needed.
 func (o *OPA) put(ctx context.Context, in *opaInstance) {
-	if !keepGrown(uint64(in.mod.Memory().Size()), in.heap) || !o.idle.keep(in) {
+	if !keepGrown(uint64(in.mod.Memory().Size()), in.heap, keptGrowth) || !o.idle.keep(in) {
 		in.close(ctx)
 	}
 }

@@ -189,7 +189,7 @@ func (w *Wapc) put(ctx context.Context, in *instance) {
 // whether it could.
 func (w *Wapc) reset(in *instance) bool {
 	snapSize, size := uint64(w.pages)*pageSize, uint64(in.mod.Memory().Size())
-	if !keepGrown(size, snapSize) || in.mem.dropAbove(snapSize, size) != nil {
+	if !keepGrown(size, snapSize, droppedGrowth) || in.mem.dropAbove(snapSize, size) != nil {
 		return false
 	}
 	return in.restore(w.globals) == nil

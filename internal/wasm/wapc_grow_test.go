@@ -23,7 +23,8 @@ func TestWapcKeepsGrownInstances(t *testing.T) {
 		{"grown by 2 MiB", `{"request":{},"settings":{"grow_mb":2}}`, 1},
 		{"not grown", `{"request":{},"settings":{}}`, 1},
 		{"grown by 2 MiB again", `{"request":{},"settings":{"grow_mb":2}}`, 1},
-		{"grown by 64 MiB", `{"request":{},"settings":{"grow_mb":64}}`, 0},
+		{"grown by 18 MiB, as a Go guest by a 1 MB answer", `{"request":{},"settings":{"grow_mb":18}}`, 1},
+		{"grown by 128 MiB", `{"request":{},"settings":{"grow_mb":128}}`, 0},
 		{"on a new instance", `{"request":{},"settings":{"grow_mb":2}}`, 1},
 	}
 	for _, tt := range tests {
