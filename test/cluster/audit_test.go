@@ -954,7 +954,8 @@ func TestAudit(t *testing.T) {
 // module (waPC), half CEL, against a policy server on this machine: the wall
 // time of each run, the API requests it made (from the API server's
 // apiserver_request_total), the API server's CPU time and the scanner's
-// peak RSS. The second run finds nothing changed. It only logs figures, and runs only when
+// peak RSS. The second run finds nothing changed, and so does a third with
+// --keep-unchanged-reports. It only logs figures, and runs only when
 // WARDEN_AUDIT_BENCH is set, to "namespaces,objects,policies" (for example
 // 100,10000,20); WARDEN_AUDIT_BENCH_ARGS adds scanner flags.
 func TestAuditScale(t *testing.T) {
@@ -1067,10 +1068,19 @@ func TestAuditScale(t *testing.T) {
 	if extra := os.Getenv("WARDEN_AUDIT_BENCH_ARGS"); extra != "" {
 		args = append(args, strings.Fields(extra)...)
 	}
-	for _, run := range []string{"first run", "second run, nothing changed"} {
+	runs := []struct {
+		name string
+		args []string
+	}{
+		{"first run", args},
+		{"second run, nothing changed", args},
+		{"third run, nothing changed, --keep-unchanged-reports", append([]string{"--keep-unchanged-reports"}, args...)},
+	}
+	for _, r := range runs {
+		run := r.name
 		before := metrics()
 		var stderr bytes.Buffer
-		cmd := exec.Command(binary, args...)
+		cmd := exec.Command(binary, r.args...)
 		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 		cmd.Stderr = &stderr
 		start := time.Now()
