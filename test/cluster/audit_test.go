@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -1138,7 +1139,32 @@ func TestAuditScale(t *testing.T) {
 			run, wall.Round(time.Millisecond), cpu.Round(time.Millisecond), total, strings.Join(verbs, ", "), after[apiCPU]-before[apiCPU],
 			float64(hwm.Load())/1024, strings.Join(strings.Fields(string(load))[:3], " "),
 			counts["resources"], counts["evaluation_errors"], counts["reports_created"], counts["reports_updated"], counts["reports_unchanged"], counts["reports_reused"])
+		for _, e := range evaluationErrors(stderr.String(), 3) {
+			t.Logf("%s: evaluation errors: %s", run, e)
+		}
 	}
+}
+
+// evaluationErrors returns the most frequent errors of the "policy
+// evaluation failed" lines of a scanner's logs, at most limit of them, each
+// as "count× error".
+func evaluationErrors(logs string, limit int) []string {
+	count := map[string]int{}
+	for _, line := range strings.Split(logs, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["msg"] != "policy evaluation failed" {
+			continue
+		}
+		msg, _ := rec["error"].(string)
+		count[msg]++
+	}
+	msgs := slices.Collect(maps.Keys(count))
+	slices.SortFunc(msgs, func(a, b string) int { return count[b] - count[a] })
+	var out []string
+	for _, m := range msgs[:min(limit, len(msgs))] {
+		out = append(out, fmt.Sprintf("%d× %s", count[m], m))
+	}
+	return out
 }
 
 // profileAPIServer takes a CPU profile of the API server for
