@@ -62,10 +62,10 @@ type Options struct {
 
 const defaultPageSize = 500
 
-// pageBytes is the size of JSON a list page aims at: after the first page,
-// a list asks for as many objects as fit, by the size of those it read, so
-// that 500 Pods of 34 KB (17 MB, and several times that while they are
-// decoded and trimmed) are read as pages of 30.
+// pageBytes is the size of JSON a list page aims at: a list's first page
+// asks for minPageSize objects, and each later page for as many as fit, by
+// the size of those read so far, so that Pods of 34 KB are read as pages of
+// 30, not of 500 (17 MB, and the memory to read and trim them).
 const pageBytes = 1 << 20
 
 // freeAfterListBytes is the size of a list after which the memory its
@@ -280,19 +280,13 @@ func path(gvr schema.GroupVersionResource) string {
 	return "/apis/" + gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }
 
-// listPage is a page of a list, its items left as they came.
-type listPage struct {
-	metav1.TypeMeta `json:",inline"`
-	Metadata        struct {
-		ResourceVersion string `json:"resourceVersion"`
-		Continue        string `json:"continue"`
-	} `json:"metadata"`
-	Items []json.RawMessage `json:"items"`
-}
-
 // list writes a full list of gvr's objects into t, a page at a time, and
 // returns the list's resource version. A continue token that expired
 // (the API server compacted its history meanwhile) starts the list again.
+//
+// A page is read into one string, parsed into a tape and trimmed object by
+// object into the trimmer's buffer, which the next page reuses: nothing
+// decodes the objects into Go values (trimmer).
 func (r *Reflectors) list(ctx context.Context, gvr schema.GroupVersionResource, t *Table) (string, error) {
 	r.lists.Lock()
 	defer r.lists.Unlock()
@@ -300,14 +294,15 @@ func (r *Reflectors) list(ctx context.Context, gvr schema.GroupVersionResource, 
 	if err != nil {
 		return "", err
 	}
+	var w trimmer
 	objects := make([]Object, 0, r.opts.PageSize)
-	cont, limit, read := "", r.opts.PageSize, 0
+	cont, limit, read, last := "", min(r.opts.PageSize, minPageSize), 0, 0
 	for {
 		req := r.client.Get().AbsPath(path(gvr)).Param("limit", strconv.FormatInt(limit, 10))
 		if cont != "" {
 			req = req.Param("continue", cont)
 		}
-		body, err := req.DoRaw(ctx)
+		body, err := readPage(ctx, req, last)
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 			if l, err = t.NewListing(ctx); err != nil {
 				return "", err
@@ -318,19 +313,19 @@ func (r *Reflectors) list(ctx context.Context, gvr schema.GroupVersionResource, 
 		if err != nil {
 			return "", err
 		}
-		var page listPage
-		if err := json.Unmarshal(body, &page); err != nil {
+		page, err := w.page(body)
+		if err != nil {
 			return "", fmt.Errorf("reading a list of %s: %w", gvr.Resource, err)
 		}
-		limit, read = r.nextPageSize(len(page.Items), len(body)), read+len(body)
+		last, read = len(body), read+len(body)
+		limit = r.nextPageSize(len(page.items), len(body))
 		objects = objects[:0]
-		item := metav1.TypeMeta{APIVersion: page.APIVersion, Kind: strings.TrimSuffix(page.Kind, "List")}
-		for i, raw := range page.Items {
-			o, err := Trimmed(raw, item)
+		w.reset()
+		for _, i := range page.items {
+			o, err := w.object(i, page.itemType)
 			if err != nil {
 				return "", fmt.Errorf("a list of %s: %w", gvr.Resource, err)
 			}
-			page.Items[i] = nil
 			objects = append(objects, o)
 		}
 		if err := l.Page(ctx, objects); err != nil {
@@ -340,7 +335,7 @@ func (r *Reflectors) list(ctx context.Context, gvr schema.GroupVersionResource, 
 			r.opts.OnPage(gvr, objects)
 		}
 		clear(objects)
-		if cont = page.Metadata.Continue; cont == "" {
+		if cont = page.cont; cont == "" {
 			if err := l.Commit(ctx); err != nil {
 				return "", err
 			}
@@ -349,9 +344,25 @@ func (r *Reflectors) list(ctx context.Context, gvr schema.GroupVersionResource, 
 				// Go returns their memory to the system over minutes.
 				debug.FreeOSMemory()
 			}
-			return page.Metadata.ResourceVersion, nil
+			return page.resourceVersion, nil
 		}
 	}
+}
+
+// readPage reads the answer to req, a list, into one string, sized for an
+// answer of about last bytes (the previous page's).
+func readPage(ctx context.Context, req *rest.Request, last int) (string, error) {
+	stream, err := req.Stream(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer stream.Close()
+	var b strings.Builder
+	b.Grow(last + last/8)
+	if _, err := io.Copy(&b, stream); err != nil {
+		return "", fmt.Errorf("reading a list page: %w", err)
+	}
+	return b.String(), nil
 }
 
 // watchEvent is an event of a watch stream, its object left as it came.
@@ -382,6 +393,7 @@ func (r *Reflectors) watch(ctx context.Context, gvr schema.GroupVersionResource,
 	}
 	defer stream.Close()
 	d := json.NewDecoder(stream)
+	var w trimmer
 	for {
 		var ev watchEvent
 		if err := d.Decode(&ev); err != nil {
@@ -406,7 +418,8 @@ func (r *Reflectors) watch(ctx context.Context, gvr schema.GroupVersionResource,
 			return rv, fmt.Errorf("reading the watch of %s: %w", gvr.Resource, err)
 		}
 		if ev.Type != "BOOKMARK" {
-			if err := apply(ctx, t, ev); err != nil {
+			w.reset()
+			if err := apply(ctx, t, &w, ev); err != nil {
 				return rv, err
 			}
 		}
@@ -414,9 +427,9 @@ func (r *Reflectors) watch(ctx context.Context, gvr schema.GroupVersionResource,
 	}
 }
 
-// apply writes one change into t.
-func apply(ctx context.Context, t *Table, ev watchEvent) error {
-	o, err := Trimmed(ev.Object, metav1.TypeMeta{})
+// apply writes one change into t, trimmed by w.
+func apply(ctx context.Context, t *Table, w *trimmer, ev watchEvent) error {
+	o, err := w.trimmed(ev.Object, metav1.TypeMeta{})
 	if err != nil {
 		return err
 	}

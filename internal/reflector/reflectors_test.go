@@ -260,8 +260,10 @@ func TestSettled(t *testing.T) {
 	}
 }
 
-// TestPagesOfLargeObjects: after a page of large objects, a list asks for
-// as many as make pageBytes, never fewer than minPageSize.
+// TestPagesOfLargeObjects: a list's first page asks for minPageSize
+// objects; after a page of small objects a list asks for PageSize, after a
+// page of large ones for as many as make pageBytes, never fewer than
+// minPageSize.
 func TestPagesOfLargeObjects(t *testing.T) {
 	big := strings.Repeat("x", 400<<10)
 	bigPage := func(cont string, names ...string) func(http.ResponseWriter, *http.Request) {
@@ -275,7 +277,7 @@ func TestPagesOfLargeObjects(t *testing.T) {
 		}
 	}
 	f := &fakeAPIServer{t: t, lists: []func(http.ResponseWriter, *http.Request){
-		bigPage("p2", "a1", "a2"), bigPage("p3", "a3"), page("5", "", "a4"),
+		page("5", "p2", "a1", "a2"), bigPage("p3", "a3"), page("5", "", "a4"),
 	}}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
@@ -293,8 +295,8 @@ func TestPagesOfLargeObjects(t *testing.T) {
 	limits := strings.Join(f.limits, " ")
 	f.mu.Unlock()
 	// 400 KiB objects: 1 MiB holds 2 of them, minPageSize 10.
-	if limits != "500 10 10" {
-		t.Errorf("limits asked: %s, want 500 10 10", limits)
+	if limits != "10 500 10" {
+		t.Errorf("limits asked: %s, want 10 500 10", limits)
 	}
 	for _, tt := range []struct {
 		n, size int

@@ -44,7 +44,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	_ "modernc.org/sqlite" // the database/sql driver "sqlite"
-	sigsjson "sigs.k8s.io/json"
 )
 
 // Store is the reflectors' database. Safe for concurrent use.
@@ -231,38 +230,13 @@ type objectMeta struct {
 // Trimmed reads an object as the API server sends it and returns it as a
 // table keeps it: what Kubewarden's reflectors drop from the objects they
 // keep (managedFields, the kubectl last-applied-configuration annotation)
-// is dropped, and the fields are written in the order of their names, as
-// the objects of direct lists are. The items of a list come without
-// apiVersion and kind: typ gives them, as client-go does.
+// is dropped, and the object is written as client-go's unstructured
+// objects are (json.Marshal of the decoded object: the fields in the order
+// of their names), as the objects of direct lists are. The items of a list
+// come without apiVersion and kind: typ gives them, as client-go does.
 func Trimmed(raw []byte, typ metav1.TypeMeta) (Object, error) {
-	// As client-go reads an unstructured object: integers as int64,
-	// other numbers as float64, so the object is written again as a direct
-	// list writes it (and without the growing buffers of a json.Decoder).
-	var obj map[string]any
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(raw, &obj); err != nil {
-		return Object{}, fmt.Errorf("reading an object: %w", err)
-	}
-	if obj == nil {
-		return Object{}, errors.New("reading an object: it is null")
-	}
-	if _, ok := obj["apiVersion"]; !ok && typ.APIVersion != "" {
-		obj["apiVersion"] = typ.APIVersion
-	}
-	if _, ok := obj["kind"]; !ok && typ.Kind != "" {
-		obj["kind"] = typ.Kind
-	}
-	Trim(obj)
-	md, _ := obj["metadata"].(map[string]any)
-	name, _ := md["name"].(string)
-	namespace, _ := md["namespace"].(string)
-	if name == "" {
-		return Object{}, errors.New("reading an object: it has no metadata.name")
-	}
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return Object{}, err
-	}
-	return Object{Name: name, Namespace: namespace, JSON: b}, nil
+	var w trimmer
+	return w.trimmed(raw, typ)
 }
 
 // Trim drops what Kubewarden's reflectors drop from the objects they keep:
