@@ -31,8 +31,8 @@ import (
 // watches them and writes each change. Safe for concurrent use.
 //
 // Objects travel as the API server's JSON, one page of a list at a time:
-// nothing decodes a list whole, and an object is decoded only to be
-// trimmed (Trimmed) before it is written. The first lists run one after
+// nothing decodes a list whole, and objects are trimmed (Trimmed) on a
+// tape of their text, never decoded into Go values (trimmer). The first lists run one after
 // the other (RFC 004's mitigation), so that a start with many kinds does
 // not hold many pages at once nor load the API server with many lists.
 type Reflectors struct {
