@@ -24,8 +24,9 @@
 // instance runs _start once; at its first read of stdin the call stack, memory
 // and globals are saved, and every request resumes the guest inside that read
 // from the saved state. OPA modules reset their heap pointer before every
-// evaluation, as OPA's own SDKs do, to the mark after their data, which they
-// parse once per version of it (opa.go).
+// evaluation, as OPA's own SDKs do, to the mark after their data, which one
+// instance parses once per version of it; the others map a snapshot of that
+// instance copy-on-write (opa.go).
 //
 // # Go modules built without write barriers
 //

@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
 )
 
 // OPA's WebAssembly ABI (docs/compatibility.md#opa-mode), for modules built by
@@ -29,7 +29,12 @@ import (
 // heap pointer right after it; evaluations with the same document reuse it.
 // Given another document (the cluster changed), the instance sets the heap
 // pointer back to where it was before any data, parses the new document
-// there and remembers the new mark.
+// there and remembers the new mark. The state of the first instance to load
+// the newest document becomes the snapshot (opaSnapshot) that later
+// instances for that document start from: they map it copy-on-write rather
+// than parse the document, so a large inventory read by several instances at
+// once is parsed and held about once, and an idle instance of an older
+// document is dropped for one made from the snapshot.
 //
 // Isolation: every evaluation starts by setting the heap pointer back to the
 // mark after the data, which drops whatever the previous evaluation
@@ -38,8 +43,8 @@ import (
 // the bound of keepGrown, measured from the mark after its data.
 //
 // Memory: instances live on the package's mmap-backed linear memory
-// (snapshot_linux.go, without a snapshot), so that growing it never moves
-// or copies it.
+// (snapshot_linux.go), so that growing it never moves or copies it, and an
+// instance made from a snapshot shares its pages until it writes them.
 
 // Names and limits of the OPA ABI.
 const (
@@ -151,12 +156,30 @@ type OPA struct {
 
 	idle  idleSet[*opaInstance]
 	loads atomic.Int64 // data documents parsed, for DataLoads
+
+	mu   sync.Mutex
+	snap *opaSnapshot // of the newest document an instance loaded; nil before
+}
+
+// opaSnapshot is an instance's memory and globals right after it loaded a
+// data document. A new instance for that document starts from it instead
+// of parsing the document again, and shares its pages until it writes
+// them (snapshot_linux.go): N instances reading a large inventory hold
+// about one parsed copy, not N.
+type opaSnapshot struct {
+	dataID  uint64
+	mem     *memSnapshot
+	pages   uint32   // memory size, in wasm pages
+	globals []uint64 // values of the module's globals
+	// The instance's addresses: the heap before any data, the data's
+	// value, the heap after it.
+	base, data, heap uint64
 }
 
 // opaInstance is one instance of an OPA module with a data document loaded.
 // It is used by one goroutine at a time.
 type opaInstance struct {
-	interruptible
+	guestState
 	r      *Runtime
 	mod    api.Module
 	fn     [opaFuncCount]api.Function
@@ -192,6 +215,10 @@ func (r *Runtime) NewOPA(ctx context.Context, m *Module, data []byte, maxIdle in
 		return nil, err
 	}
 	if err := o.load(ctx, in, o.data); err != nil {
+		in.close(ctx)
+		return nil, err
+	}
+	if err := o.remember(in); err != nil {
 		in.close(ctx)
 		return nil, err
 	}
@@ -241,25 +268,19 @@ func (o *OPA) Builtins() []string {
 	return names
 }
 
-// instantiate creates an instance, on memory of our own, without data.
-func (o *OPA) instantiate(ctx context.Context) (*opaInstance, error) {
+// newInstance instantiates the module on memory of our own, a
+// copy-on-write mapping of snap when given, and finds its exports.
+func (o *OPA) newInstance(ctx context.Context, snap *memSnapshot) (*opaInstance, error) {
+	in := &opaInstance{r: o.r}
 	var memErr error
-	ictx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(func(_, max uint64) experimental.LinearMemory {
-		mem, err := newLinearMemory(max, nil)
-		if err != nil {
-			memErr = err
-			panic(err) // wazero surfaces a failed allocation as a panic
-		}
-		return mem
-	}))
-	mod, err := o.r.instantiate(ictx, o.mod, wazero.NewModuleConfig().WithName("").WithStartFunctions())
+	mod, err := o.r.instantiate(in.withMemory(ctx, snap, &memErr), o.mod, wazero.NewModuleConfig().WithName("").WithStartFunctions())
 	if err != nil {
 		if memErr != nil {
 			return nil, memErr
 		}
 		return nil, fmt.Errorf("instantiating module: %w", callError(ctx, err, "", false))
 	}
-	in := &opaInstance{r: o.r, mod: mod}
+	in.mod = mod
 	if err := in.bind(mod, o.mod); err != nil {
 		in.close(ctx)
 		return nil, err
@@ -270,10 +291,19 @@ func (o *OPA) instantiate(ctx context.Context) (*opaInstance, error) {
 			return nil, fmt.Errorf("the module does not export %s: it is not an OPA module", name)
 		}
 	}
+	return in, nil
+}
+
+// instantiate creates an instance without data.
+func (o *OPA) instantiate(ctx context.Context) (*opaInstance, error) {
+	in, err := o.newInstance(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
 	c := &opaCaller{in: in, ctx: ctx}
 	done := in.guard(ctx)
 	if o.mod.start {
-		if _, c.err = mod.ExportedFunction(startExport).Call(ctx); c.err != nil {
+		if _, c.err = in.mod.ExportedFunction(startExport).Call(ctx); c.err != nil {
 			c.err = fmt.Errorf("start function: %w", c.err)
 		}
 	}
@@ -302,6 +332,74 @@ func (o *OPA) load(ctx context.Context, in *opaInstance, data OPAData) error {
 	}
 	in.dataID, in.data, in.heap = data.id, addr, heap
 	return nil
+}
+
+// remember makes the state of in, which has just loaded its data document,
+// the snapshot new instances for that document start from, unless the
+// snapshot is of that document or a newer one already. Taking it maps in's
+// memory onto the snapshot, copy-on-write.
+func (o *OPA) remember(in *opaInstance) error {
+	newer := func() bool { return o.snap == nil || o.snap.dataID < in.dataID }
+	o.mu.Lock()
+	ok := newer()
+	o.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	size := in.mod.Memory().Size()
+	mem, err := takeSnapshot(in.mem, int(size))
+	if err != nil {
+		return err
+	}
+	s := &opaSnapshot{dataID: in.dataID, mem: mem, pages: size / pageSize, globals: in.saveGlobals(o.mod),
+		base: in.base, data: in.data, heap: in.heap}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !newer() {
+		// Another instance remembered the same document meanwhile; in
+		// keeps its mapping of the snapshot it took.
+		mem.release()
+		return nil
+	}
+	if o.snap != nil {
+		// Instances mapping the old snapshot keep their mappings.
+		o.snap.mem.release()
+	}
+	o.snap = s
+	return nil
+}
+
+// snapshotOf returns the snapshot of the document data, or nil.
+func (o *OPA) snapshotOf(data OPAData) *opaSnapshot {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.snap != nil && o.snap.dataID == data.id {
+		return o.snap
+	}
+	return nil
+}
+
+// fromSnapshot creates an instance in the state of s: its document loaded,
+// nothing parsed.
+func (o *OPA) fromSnapshot(ctx context.Context, s *opaSnapshot) (*opaInstance, error) {
+	in, err := o.newInstance(ctx, s.mem)
+	if err != nil {
+		return nil, err
+	}
+	// Instantiation wrote the data segments; the snapshot replaces them.
+	mem := in.mod.Memory()
+	if size := mem.Size() / pageSize; size < s.pages {
+		if _, ok := mem.Grow(s.pages - size); !ok {
+			in.close(ctx)
+			return nil, errors.New("cannot grow a new instance's memory to the snapshot size")
+		}
+	}
+	if err := in.start(s.globals); err != nil {
+		in.close(ctx)
+		return nil, err
+	}
+	in.base, in.dataID, in.data, in.heap = s.base, s.dataID, s.data, s.heap
+	return in, nil
 }
 
 // DataLoads is how many times the instances have loaded a data document,
@@ -362,9 +460,21 @@ func (o *OPA) EvalWithData(ctx context.Context, input []byte, data OPAData, buil
 // else an idle one that loads it, or else a new one.
 func (o *OPA) get(ctx context.Context, data OPAData) (*opaInstance, error) {
 	in, ok := o.idle.take(func(in *opaInstance) bool { return in.dataID == data.id })
+	snap := o.snapshotOf(data)
+	if ok && in.dataID != data.id && snap != nil {
+		// An instance of another document: a new one from the snapshot
+		// needs no parse, and this one's memory is freed.
+		in.close(ctx)
+		ok = false
+	}
 	if !ok {
 		var err error
-		if in, err = o.instantiate(ctx); err != nil {
+		if snap != nil {
+			in, err = o.fromSnapshot(ctx, snap)
+		} else {
+			in, err = o.instantiate(ctx)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -377,6 +487,9 @@ func (o *OPA) get(ctx context.Context, data OPAData) (*opaInstance, error) {
 		loadCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dataLoadTimeout)
 		err := o.load(loadCtx, in, data)
 		cancel()
+		if err == nil {
+			err = o.remember(in)
+		}
 		if err != nil {
 			in.close(ctx)
 			return nil, err
@@ -412,6 +525,13 @@ func (o *OPA) put(ctx context.Context, in *opaInstance) {
 func (o *OPA) Close(ctx context.Context) {
 	for _, in := range o.idle.drain() {
 		in.close(ctx)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.snap != nil {
+		// Evaluations in flight keep their mappings of it.
+		o.snap.mem.release()
+		o.snap = nil
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -338,5 +339,93 @@ func TestOPADataLoadOutlivesTheRequest(t *testing.T) {
 	}
 	if n := o.DataLoads() - loads; n != 1 {
 		t.Errorf("%d data loads, want the one the late request started", n)
+	}
+}
+
+// TestOPASnapshot: instances beyond the first start from a snapshot of an
+// instance that loaded the data, without parsing it again, and each still
+// evaluates its own input; a new document gets a snapshot of its own, and
+// idle instances of the old one make way for instances made from it.
+func TestOPASnapshot(t *testing.T) {
+	const parallel = 4
+	// A runtime runs GOMAXPROCS-1 guest calls at once: enough slots for
+	// the evaluations to hold their instances together.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(parallel + 1))
+	rt := newRuntime(t, wasm.Config{})
+	if rt.GuestSlots() < parallel {
+		t.Fatalf("%d guest slots, want %d", rt.GuestSlots(), parallel)
+	}
+	o := newOPA(t, rt, "abi.rego", "abi/result", fmt.Sprintf(`{"greeting":"first","padding":%q}`, strings.Repeat("x", 4<<20)), parallel)
+	// together runs parallel evaluations of data that are all inside the
+	// module at once (each holds its instance until all have called a
+	// builtin), and returns their results.
+	together := func(data wasm.OPAData) []string {
+		t.Helper()
+		var inside sync.WaitGroup
+		inside.Add(parallel)
+		release := make(chan struct{})
+		out := make([]string, parallel)
+		errs := make([]error, parallel)
+		var wg sync.WaitGroup
+		for g := range parallel {
+			// An evaluation that fails before its first builtin counts as
+			// inside, so that the others are released.
+			entered := sync.OnceFunc(inside.Done)
+			var waited sync.Once
+			var f fakeBuiltins
+			wait := func(name string, args [][]byte) ([]byte, error) {
+				waited.Do(func() { entered(); <-release })
+				return f.call(name, args)
+			}
+			wg.Go(func() {
+				defer entered()
+				var b []byte
+				b, errs[g] = o.EvalWithData(context.Background(), fmt.Appendf(nil, `{"name":"n%d"}`, g), data, wait)
+				out[g] = string(b)
+			})
+		}
+		inside.Wait()
+		if n := rt.LiveInstances(); n < parallel {
+			t.Errorf("%d live instances while %d evaluations run, want %d", n, parallel, parallel)
+		}
+		close(release)
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	check := func(out []string, greeting string) {
+		t.Helper()
+		for g, o := range out {
+			if want := fmt.Sprintf(`[\"%s\", \"n%d\"]`, greeting, g); !strings.Contains(o, want) {
+				t.Errorf("evaluation %d: %.200s, want it to contain %s", g, o, want)
+			}
+		}
+	}
+
+	loads := o.DataLoads() // NewOPA's
+	check(together(wasm.OPAData{}), "first")
+	if n := o.DataLoads() - loads; n != 0 {
+		t.Errorf("%d data loads for %d instances of NewOPA's data, want 0: the snapshot holds it", n, parallel)
+	}
+
+	second := wasm.NewOPAData([]byte(`{"greeting":"second"}`))
+	loads = o.DataLoads()
+	check(together(second), "second")
+	// The first instance to meet the new document parses it; the others
+	// wait for their turn, find its snapshot, and drop their old data.
+	if n := o.DataLoads() - loads; n < 1 || n > parallel {
+		t.Errorf("%d data loads for the second document, want 1 to %d", n, parallel)
+	}
+	loads = o.DataLoads()
+	check(together(second), "second")
+	if n := o.DataLoads() - loads; n != 0 {
+		t.Errorf("%d more data loads for the second document, want 0", n)
+	}
+	if n := rt.LiveInstances(); n > parallel {
+		t.Errorf("%d live instances after the evaluations, want at most %d", n, parallel)
 	}
 }
