@@ -24,7 +24,8 @@
 // the API server.
 //
 // This package knows nothing of policies or host calls: it imports nothing
-// of Warden but internal/observability's log keys.
+// of Warden but internal/jsontape, to trim objects, and
+// internal/observability's log keys.
 package reflector
 
 import (
