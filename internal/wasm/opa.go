@@ -29,12 +29,17 @@ import (
 // heap pointer right after it; evaluations with the same document reuse it.
 // Given another document (the cluster changed), the instance sets the heap
 // pointer back to where it was before any data, parses the new document
-// there and remembers the new mark. The state of the first instance to load
-// the newest document becomes the snapshot (opaSnapshot) that later
-// instances for that document start from: they map it copy-on-write rather
-// than parse the document, so a large inventory read by several instances at
-// once is parsed and held about once, and an idle instance of an older
-// document is dropped for one made from the snapshot.
+// there and remembers the new mark. When an evaluation needs an instance of
+// a document that busy instances hold already, the next of them to be put
+// back becomes, once its evaluation is answered, the snapshot (opaSnapshot)
+// that later instances for that document start from: they map it
+// copy-on-write rather than parse the document, instances that parsed it
+// meanwhile are put on it, and an idle instance of an older document is
+// dropped for one made from it. So a large inventory read by several
+// instances at once is parsed a few times and held about once, and a
+// policy evaluated one request at a time takes no snapshot. An evaluation
+// that finds the instance being remembered waits for it rather than parse
+// the document again.
 //
 // Isolation: every evaluation starts by setting the heap pointer back to the
 // mark after the data, which drops whatever the previous evaluation
@@ -157,8 +162,17 @@ type OPA struct {
 	idle  idleSet[*opaInstance]
 	loads atomic.Int64 // data documents parsed, for DataLoads
 
-	mu   sync.Mutex
-	snap *opaSnapshot // of the newest document an instance loaded; nil before
+	mu     sync.Mutex
+	snap   *opaSnapshot // of the newest document an instance loaded; nil before
+	closed bool
+	// loaded is the newest document an instance loaded; wanted, a document
+	// an evaluation needed one more instance for while others held it.
+	loaded, wanted uint64
+	// snapshotting counts the instances being remembered after their
+	// evaluation (put); Close waits for them. pending holds, by document,
+	// a channel closed once the instance is remembered and kept.
+	snapshotting sync.WaitGroup
+	pending      map[uint64]chan struct{}
 }
 
 // opaSnapshot is an instance's memory and globals right after it loaded a
@@ -215,10 +229,6 @@ func (r *Runtime) NewOPA(ctx context.Context, m *Module, data []byte, maxIdle in
 		return nil, err
 	}
 	if err := o.load(ctx, in, o.data); err != nil {
-		in.close(ctx)
-		return nil, err
-	}
-	if err := o.remember(in); err != nil {
 		in.close(ctx)
 		return nil, err
 	}
@@ -331,19 +341,34 @@ func (o *OPA) load(ctx context.Context, in *opaInstance, data OPAData) error {
 		return fmt.Errorf("loading the policy data: %w", err)
 	}
 	in.dataID, in.data, in.heap = data.id, addr, heap
+	o.mu.Lock()
+	o.loaded = max(o.loaded, data.id)
+	o.mu.Unlock()
 	return nil
 }
 
-// remember makes the state of in, which has just loaded its data document,
-// the snapshot new instances for that document start from, unless the
-// snapshot is of that document or a newer one already. Taking it maps in's
-// memory onto the snapshot, copy-on-write.
-func (o *OPA) remember(in *opaInstance) error {
-	newer := func() bool { return o.snap == nil || o.snap.dataID < in.dataID }
+// want notes that an evaluation of the document dataID needs an instance
+// while the instances that loaded it are busy: the next of them to be put
+// back is remembered (startSnapshot), so that further instances start from
+// it rather than parse the document. A policy evaluated one request at a
+// time never needs one, and pays for no snapshot.
+func (o *OPA) want(dataID uint64) {
 	o.mu.Lock()
-	ok := newer()
-	o.mu.Unlock()
-	if !ok {
+	defer o.mu.Unlock()
+	if o.loaded == dataID {
+		o.wanted = dataID
+	}
+}
+
+// remember makes the state of in the snapshot new instances for its
+// document start from, unless the snapshot is of that document or a newer
+// one already. in has evaluated since it loaded the document, which left
+// nothing below the heap mark after the data that the next evaluation
+// would not meet on in itself. Taking the snapshot maps in's memory onto
+// it, copy-on-write.
+func (o *OPA) remember(in *opaInstance) error {
+	newer := func() bool { return !o.closed && (o.snap == nil || o.snap.dataID < in.dataID) }
+	if !o.newerThanSnapshot(in.dataID) {
 		return nil
 	}
 	size := in.mod.Memory().Size()
@@ -367,6 +392,48 @@ func (o *OPA) remember(in *opaInstance) error {
 	}
 	o.snap = s
 	return nil
+}
+
+// newerThanSnapshot reports whether the document dataID is newer than the
+// snapshot's, or there is none, while o is open.
+func (o *OPA) newerThanSnapshot(dataID uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.closed && (o.snap == nil || o.snap.dataID < dataID)
+}
+
+// startSnapshot returns nil unless an instance of the document dataID is
+// to be remembered (wanted, and newer than the snapshot) and none is being
+// remembered yet.
+// Then it counts the instance in snapshotting, under the lock Close takes
+// to stop new ones, marks the document pending, and returns the function
+// to call once the instance is remembered and kept (or dropped).
+func (o *OPA) startSnapshot(dataID uint64) (remembered func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed || o.wanted != dataID || (o.snap != nil && o.snap.dataID >= dataID) || o.pending[dataID] != nil {
+		return nil
+	}
+	o.snapshotting.Add(1)
+	if o.pending == nil {
+		o.pending = map[uint64]chan struct{}{}
+	}
+	done := make(chan struct{})
+	o.pending[dataID] = done
+	return func() {
+		o.mu.Lock()
+		delete(o.pending, dataID)
+		o.mu.Unlock()
+		close(done)
+	}
+}
+
+// pendingSnapshot returns a channel closed once the instance of the
+// document dataID being remembered is kept, or nil when none is.
+func (o *OPA) pendingSnapshot(dataID uint64) <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.pending[dataID]
 }
 
 // snapshotOf returns the snapshot of the document data, or nil.
@@ -400,6 +467,25 @@ func (o *OPA) fromSnapshot(ctx context.Context, s *opaSnapshot) (*opaInstance, e
 	}
 	in.base, in.dataID, in.data, in.heap = s.base, s.dataID, s.data, s.heap
 	return in, nil
+}
+
+// rebase puts in, which holds the document of s, on s: its memory becomes
+// a mapping of the snapshot, which drops the private copy of the document
+// it parsed itself before s was taken.
+func (o *OPA) rebase(in *opaInstance, s *opaSnapshot) error {
+	mem := in.mod.Memory()
+	if size := mem.Size() / pageSize; size < s.pages {
+		if _, ok := mem.Grow(s.pages - size); !ok {
+			return errors.New("cannot grow an instance's memory to the snapshot size")
+		}
+	}
+	in.mem.snap = s.mem
+	if err := in.mem.remap(); err != nil {
+		return err
+	}
+	in.setGlobals(s.globals)
+	in.base, in.data, in.heap = s.base, s.data, s.heap
+	return nil
 }
 
 // DataLoads is how many times the instances have loaded a data document,
@@ -459,8 +545,24 @@ func (o *OPA) EvalWithData(ctx context.Context, input []byte, data OPAData, buil
 // get returns an instance with data loaded: an idle one that holds it, or
 // else an idle one that loads it, or else a new one.
 func (o *OPA) get(ctx context.Context, data OPAData) (*opaInstance, error) {
-	in, ok := o.idle.take(func(in *opaInstance) bool { return in.dataID == data.id })
+	holds := func(in *opaInstance) bool { return in.dataID == data.id }
+	in, ok := o.idle.take(holds)
+	if wait := o.pendingSnapshot(data.id); wait != nil && (!ok || !holds(in)) {
+		// An instance that holds the document is being remembered: it
+		// is kept in a fraction of the time a parse takes.
+		if ok && !o.idle.keep(in) {
+			in.close(ctx)
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		in, ok = o.idle.take(holds)
+	}
 	snap := o.snapshotOf(data)
+	if snap == nil && (!ok || !holds(in)) {
+		o.want(data.id)
+	}
 	if ok && in.dataID != data.id && snap != nil {
 		// An instance of another document: a new one from the snapshot
 		// needs no parse, and this one's memory is freed.
@@ -487,9 +589,6 @@ func (o *OPA) get(ctx context.Context, data OPAData) (*opaInstance, error) {
 		loadCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dataLoadTimeout)
 		err := o.load(loadCtx, in, data)
 		cancel()
-		if err == nil {
-			err = o.remember(in)
-		}
 		if err != nil {
 			in.close(ctx)
 			return nil, err
@@ -514,8 +613,41 @@ const dataLoadTimeout = 30 * time.Second
 // whatever the size, so the bound is on the memory idle instances hold:
 // the data a Rego policy reads, however large, and some room to evaluate,
 // not what a one-off huge request needed.
+//
+// An instance of the document of the snapshot that parsed the document
+// itself is put on the snapshot (rebase). An instance of a document that
+// was wanted (want) and is newer than the snapshot's is remembered
+// (remember) before it is kept, in the background: the snapshot, a copy of
+// the instance's memory, costs a third to a half of the parse it spares the
+// next instances, and the request that made the instance parse the
+// document does not wait for it.
 func (o *OPA) put(ctx context.Context, in *opaInstance) {
-	if !keepGrown(uint64(in.mod.Memory().Size()), in.heap, keptGrowth) || !o.idle.keep(in) {
+	if !keepGrown(uint64(in.mod.Memory().Size()), in.heap, keptGrowth) {
+		in.close(ctx)
+		return
+	}
+	if s := o.snapshotOf(OPAData{id: in.dataID}); s != nil && in.mem.snap != s.mem {
+		if err := o.rebase(in, s); err != nil {
+			in.close(ctx)
+			return
+		}
+	} else if remembered := o.startSnapshot(in.dataID); remembered != nil {
+		go func() {
+			defer o.snapshotting.Done()
+			defer remembered()
+			ctx := context.WithoutCancel(ctx)
+			if err := o.remember(in); err != nil {
+				o.r.logger.WarnContext(ctx, "OPA instance dropped: cannot snapshot its data", "error", err)
+				in.close(ctx)
+				return
+			}
+			if !o.idle.keep(in) {
+				in.close(ctx)
+			}
+		}()
+		return
+	}
+	if !o.idle.keep(in) {
 		in.close(ctx)
 	}
 }
@@ -526,6 +658,10 @@ func (o *OPA) Close(ctx context.Context) {
 	for _, in := range o.idle.drain() {
 		in.close(ctx)
 	}
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+	o.snapshotting.Wait()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.snap != nil {
