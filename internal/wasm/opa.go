@@ -175,8 +175,8 @@ type OPA struct {
 	pending      map[uint64]chan struct{}
 }
 
-// opaSnapshot is an instance's memory and globals right after it loaded a
-// data document. A new instance for that document starts from it instead
+// opaSnapshot is the memory and globals of an instance with a data
+// document loaded. A new instance for that document starts from it instead
 // of parsing the document again, and shares its pages until it writes
 // them (snapshot_linux.go): N instances reading a large inventory hold
 // about one parsed copy, not N.
@@ -367,10 +367,6 @@ func (o *OPA) want(dataID uint64) {
 // would not meet on in itself. Taking the snapshot maps in's memory onto
 // it, copy-on-write.
 func (o *OPA) remember(in *opaInstance) error {
-	newer := func() bool { return !o.closed && (o.snap == nil || o.snap.dataID < in.dataID) }
-	if !o.newerThanSnapshot(in.dataID) {
-		return nil
-	}
 	size := in.mod.Memory().Size()
 	mem, err := takeSnapshot(in.mem, int(size))
 	if err != nil {
@@ -380,8 +376,8 @@ func (o *OPA) remember(in *opaInstance) error {
 		base: in.base, data: in.data, heap: in.heap}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !newer() {
-		// Another instance remembered the same document meanwhile; in
+	if !o.newer(in.dataID) {
+		// o was closed, or a newer document remembered, meanwhile; in
 		// keeps its mapping of the snapshot it took.
 		mem.release()
 		return nil
@@ -394,24 +390,22 @@ func (o *OPA) remember(in *opaInstance) error {
 	return nil
 }
 
-// newerThanSnapshot reports whether the document dataID is newer than the
-// snapshot's, or there is none, while o is open.
-func (o *OPA) newerThanSnapshot(dataID uint64) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+// newer reports whether the document dataID is newer than the snapshot's,
+// or there is none, while o is open. o.mu must be held.
+func (o *OPA) newer(dataID uint64) bool {
 	return !o.closed && (o.snap == nil || o.snap.dataID < dataID)
 }
 
 // startSnapshot returns nil unless an instance of the document dataID is
-// to be remembered (wanted, and newer than the snapshot) and none is being
-// remembered yet.
+// to be remembered (wanted, and newer than the snapshot while o is open)
+// and none is being remembered yet.
 // Then it counts the instance in snapshotting, under the lock Close takes
 // to stop new ones, marks the document pending, and returns the function
 // to call once the instance is remembered and kept (or dropped).
 func (o *OPA) startSnapshot(dataID uint64) (remembered func()) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.closed || o.wanted != dataID || (o.snap != nil && o.snap.dataID >= dataID) || o.pending[dataID] != nil {
+	if o.wanted != dataID || !o.newer(dataID) || o.pending[dataID] != nil {
 		return nil
 	}
 	o.snapshotting.Add(1)
