@@ -448,14 +448,7 @@ func (o *OPA) fromSnapshot(ctx context.Context, s *opaSnapshot) (*opaInstance, e
 		return nil, err
 	}
 	// Instantiation wrote the data segments; the snapshot replaces them.
-	mem := in.mod.Memory()
-	if size := mem.Size() / pageSize; size < s.pages {
-		if _, ok := mem.Grow(s.pages - size); !ok {
-			in.close(ctx)
-			return nil, errors.New("cannot grow a new instance's memory to the snapshot size")
-		}
-	}
-	if err := in.start(s.globals); err != nil {
+	if err := in.startFrom(in.mod, s.pages, s.globals); err != nil {
 		in.close(ctx)
 		return nil, err
 	}
@@ -467,11 +460,8 @@ func (o *OPA) fromSnapshot(ctx context.Context, s *opaSnapshot) (*opaInstance, e
 // a mapping of the snapshot, which drops the private copy of the document
 // it parsed itself before s was taken.
 func (o *OPA) rebase(in *opaInstance, s *opaSnapshot) error {
-	mem := in.mod.Memory()
-	if size := mem.Size() / pageSize; size < s.pages {
-		if _, ok := mem.Grow(s.pages - size); !ok {
-			return errors.New("cannot grow an instance's memory to the snapshot size")
-		}
+	if err := growTo(in.mod.Memory(), s.pages); err != nil {
+		return err
 	}
 	in.mem.snap = s.mem
 	if err := in.mem.remap(); err != nil {

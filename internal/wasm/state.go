@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/tetratelabs/wazero/api"
@@ -86,4 +87,25 @@ func (s *guestState) setGlobals(values []uint64) {
 	for i, g := range s.globals {
 		g.Set(values[i])
 	}
+}
+
+// startFrom puts a new instance, mod, whose memory maps a snapshot of pages
+// wasm pages, in the snapshot's state: it grows the memory to the
+// snapshot's size, which the instantiation did not, and maps the snapshot
+// afresh with the globals set to values (start).
+func (s *guestState) startFrom(mod api.Module, pages uint32, values []uint64) error {
+	if err := growTo(mod.Memory(), pages); err != nil {
+		return err
+	}
+	return s.start(values)
+}
+
+// growTo grows mem to at least pages wasm pages.
+func growTo(mem api.Memory, pages uint32) error {
+	if size := mem.Size() / pageSize; size < pages {
+		if _, ok := mem.Grow(pages - size); !ok {
+			return errors.New("cannot grow the instance's memory to the snapshot size")
+		}
+	}
+	return nil
 }

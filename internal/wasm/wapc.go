@@ -155,14 +155,7 @@ func (w *Wapc) get(ctx context.Context) (*instance, error) {
 	}
 	// Instantiation wrote the data segments and ran any start section;
 	// the snapshot replaces all of that.
-	mem := in.mod.Memory()
-	if size := mem.Size() / pageSize; size < w.pages {
-		if _, ok := mem.Grow(w.pages - size); !ok {
-			in.close(ctx)
-			return nil, errors.New("cannot grow a new instance's memory to the snapshot size")
-		}
-	}
-	if err := in.start(w.globals); err != nil {
+	if err := in.startFrom(in.mod, w.pages, w.globals); err != nil {
 		in.close(ctx)
 		return nil, err
 	}
