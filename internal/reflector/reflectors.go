@@ -32,9 +32,10 @@ import (
 //
 // Objects travel as the API server's JSON, one page of a list at a time:
 // nothing decodes a list whole, and objects are trimmed (Trimmed) on a
-// tape of their text, never decoded into Go values (trimmer). The first lists run one after
-// the other (RFC 004's mitigation), so that a start with many kinds does
-// not hold many pages at once nor load the API server with many lists.
+// tape of their text, never decoded into Go values (trimmer). The first
+// lists run one after the other (RFC 004's mitigation), so that a start
+// with many kinds does not hold many pages at once nor load the API server
+// with many lists.
 type Reflectors struct {
 	store  *Store
 	client rest.Interface

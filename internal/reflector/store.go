@@ -247,9 +247,9 @@ func Trim(obj map[string]any) {
 	if !ok {
 		return
 	}
-	delete(md, "managedFields")
+	delete(md, managedFieldsKey)
 	if ann, ok := md["annotations"].(map[string]any); ok {
-		delete(ann, "kubectl.kubernetes.io/last-applied-configuration")
+		delete(ann, lastAppliedKey)
 	}
 }
 

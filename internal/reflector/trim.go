@@ -42,11 +42,13 @@ type trimmer struct {
 	items           []int32 // scratch of page
 }
 
-// member is a member of an object on the tape: its key, decoded, and the
-// node of the key (its value is the node after it).
+// member is a member of an object: its key, decoded, and the node of the
+// key on the tape (its value is the node after it), or, for a member the
+// trimmer adds (a list item's apiVersion and kind), node -1 and the value.
 type member struct {
-	key  string
-	node int32
+	key   string
+	node  int32
+	added string
 }
 
 // trimLevel says what an object is to the trimming rules: the object
@@ -141,13 +143,10 @@ func (w *trimmer) writeObject(i int32, level trimLevel, typ metav1.TypeMeta) err
 		w.members = append(w.members, member{key: d.Str(k), node: k})
 	}
 	if level == levelObject {
-		// Nodes below zero stand for typ's values (addedValue).
-		for _, add := range []struct {
-			key, value string
-			node       int32
-		}{{"apiVersion", typ.APIVersion, -1}, {"kind", typ.Kind, -2}} {
-			if add.value != "" && d.Member(i, add.key) < 0 {
-				w.members = append(w.members, member{key: add.key, node: add.node})
+		for _, add := range [...]member{{key: "apiVersion", added: typ.APIVersion}, {key: "kind", added: typ.Kind}} {
+			if add.added != "" && d.Member(i, add.key) < 0 {
+				add.node = -1
+				w.members = append(w.members, add)
 			}
 		}
 	}
@@ -174,7 +173,7 @@ func (w *trimmer) writeObject(i int32, level trimLevel, typ metav1.TypeMeta) err
 		w.appendString(m.key)
 		w.buf = append(w.buf, ':')
 		if m.node < 0 {
-			w.appendString(addedValue(typ, m.node))
+			w.appendString(m.added)
 			continue
 		}
 		if err := w.value(m.node+1, inner); err != nil {
@@ -223,14 +222,6 @@ func (w *trimmer) rule(level trimLevel, m member) (inner trimLevel, drop bool) {
 		return levelOther, m.key == lastAppliedKey
 	}
 	return levelOther, false
-}
-
-// addedValue is the value of an added member (members).
-func addedValue(typ metav1.TypeMeta, node int32) string {
-	if node == -1 {
-		return typ.APIVersion
-	}
-	return typ.Kind
 }
 
 // str writes the string at node i as encoding/json writes its value.
