@@ -430,11 +430,11 @@ func (o *OPA) pendingSnapshot(dataID uint64) <-chan struct{} {
 	return o.pending[dataID]
 }
 
-// snapshotOf returns the snapshot of the document data, or nil.
-func (o *OPA) snapshotOf(data OPAData) *opaSnapshot {
+// snapshotOf returns the snapshot of the document dataID, or nil.
+func (o *OPA) snapshotOf(dataID uint64) *opaSnapshot {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.snap != nil && o.snap.dataID == data.id {
+	if o.snap != nil && o.snap.dataID == dataID {
 		return o.snap
 	}
 	return nil
@@ -448,27 +448,23 @@ func (o *OPA) fromSnapshot(ctx context.Context, s *opaSnapshot) (*opaInstance, e
 		return nil, err
 	}
 	// Instantiation wrote the data segments; the snapshot replaces them.
-	if err := in.startFrom(in.mod, s.pages, s.globals); err != nil {
+	if err := rebase(in, s); err != nil {
 		in.close(ctx)
 		return nil, err
 	}
-	in.base, in.dataID, in.data, in.heap = s.base, s.dataID, s.data, s.heap
 	return in, nil
 }
 
-// rebase puts in, which holds the document of s, on s: its memory becomes
-// a mapping of the snapshot, which drops the private copy of the document
-// it parsed itself before s was taken.
-func (o *OPA) rebase(in *opaInstance, s *opaSnapshot) error {
-	if err := growTo(in.mod.Memory(), s.pages); err != nil {
-		return err
-	}
+// rebase puts in in the state of s: its memory becomes a mapping of the
+// snapshot, with the snapshot's globals and addresses. For an instance that
+// parsed the document of s itself before s was taken, this drops its
+// private copy of the document.
+func rebase(in *opaInstance, s *opaSnapshot) error {
 	in.mem.snap = s.mem
-	if err := in.mem.remap(); err != nil {
+	if err := in.startFrom(in.mod, s.pages, s.globals); err != nil {
 		return err
 	}
-	in.setGlobals(s.globals)
-	in.base, in.data, in.heap = s.base, s.data, s.heap
+	in.base, in.dataID, in.data, in.heap = s.base, s.dataID, s.data, s.heap
 	return nil
 }
 
@@ -543,7 +539,7 @@ func (o *OPA) get(ctx context.Context, data OPAData) (*opaInstance, error) {
 		}
 		in, ok = o.idle.take(holds)
 	}
-	snap := o.snapshotOf(data)
+	snap := o.snapshotOf(data.id)
 	if snap == nil && (!ok || !holds(in)) {
 		o.want(data.id)
 	}
@@ -610,8 +606,8 @@ func (o *OPA) put(ctx context.Context, in *opaInstance) {
 		in.close(ctx)
 		return
 	}
-	if s := o.snapshotOf(OPAData{id: in.dataID}); s != nil && in.mem.snap != s.mem {
-		if err := o.rebase(in, s); err != nil {
+	if s := o.snapshotOf(in.dataID); s != nil && in.mem.snap != s.mem {
+		if err := rebase(in, s); err != nil {
 			in.close(ctx)
 			return
 		}

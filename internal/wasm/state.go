@@ -89,10 +89,10 @@ func (s *guestState) setGlobals(values []uint64) {
 	}
 }
 
-// startFrom puts a new instance, mod, whose memory maps a snapshot of pages
-// wasm pages, in the snapshot's state: it grows the memory to the
-// snapshot's size, which the instantiation did not, and maps the snapshot
-// afresh with the globals set to values (start).
+// startFrom puts an instance, mod, whose memory's snapshot (s.mem.snap) is
+// pages wasm pages, in the snapshot's state: it grows the memory to the
+// snapshot's size, which a new instance's instantiation did not, and maps
+// the snapshot afresh with the globals set to values (start).
 func (s *guestState) startFrom(mod api.Module, pages uint32, values []uint64) error {
 	if err := growTo(mod.Memory(), pages); err != nil {
 		return err
