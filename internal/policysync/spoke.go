@@ -80,9 +80,12 @@ type spoke struct {
 
 	workerState
 	// Guarded by workerState.mu: kubeconfig is the content of the
-	// cluster's kubeconfig Secret, and config the client configuration read
-	// from it; configErr says why there is none.
+	// cluster's kubeconfig Secret, or readErr why it could not be read, as
+	// last handed over (configSet once they were); config is the client
+	// configuration read from it, and configErr says why there is none.
 	kubeconfig []byte
+	readErr    error
+	configSet  bool
 	config     *rest.Config
 	configErr  error
 	// configChanged is set when a new configuration arrives, so that the
@@ -125,10 +128,15 @@ func newSpoke(syncName, cluster string, resync, timeout time.Duration, logger *s
 // a backoff.
 func (s *spoke) setKubeconfig(kubeconfig []byte, readErr error) {
 	s.mu.Lock()
-	unchanged := readErr == nil && s.configErr == nil && s.config != nil && bytes.Equal(kubeconfig, s.kubeconfig) ||
-		readErr != nil && s.configErr != nil && readErr.Error() == s.configErr.Error()
+	// The same Secret content, or the same reason it cannot be read, is
+	// no news, whether or not it made a usable configuration: a poke then
+	// would retry a kubeconfig known to be unusable at once, again and
+	// again, as the status it reports comes back through the reconciler.
+	unchanged := s.configSet && (readErr == nil && s.readErr == nil && bytes.Equal(kubeconfig, s.kubeconfig) ||
+		readErr != nil && s.readErr != nil && readErr.Error() == s.readErr.Error())
 	if !unchanged {
-		s.kubeconfig, s.config, s.configErr = kubeconfig, nil, readErr
+		s.configSet = true
+		s.kubeconfig, s.readErr, s.config, s.configErr = kubeconfig, readErr, nil, readErr
 		if readErr == nil {
 			s.config, s.configErr = clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 			if s.configErr != nil {
