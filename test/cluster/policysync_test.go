@@ -268,9 +268,12 @@ func TestPolicySync(t *testing.T) {
 		a.Object["spec"].(map[string]any)["mode"] != "protect" {
 		t.Errorf("spoke A's own policy was changed: %v", a.Object)
 	}
-	eventually(t, "spoke-a reports the conflict", func() bool {
-		cs := clusterStatus(policySync(t, hub.Client, "fleet"), "spoke-a")
-		return cs != nil && len(cs.Conflicts) == 1
+	// Each spoke's status is written on its own: spoke-b's copy of local
+	// may be reported after spoke-a's conflict.
+	eventually(t, "spoke-a reports the conflict, spoke-b its copy", func() bool {
+		ps := policySync(t, hub.Client, "fleet")
+		cs := clusterStatus(ps, "spoke-a")
+		return cs != nil && len(cs.Conflicts) == 1 && objectStatusOf(clusterStatus(ps, "spoke-b"), capGVR, "", "local") != nil
 	})
 	got = policySync(t, hub.Client, "fleet")
 	csA := clusterStatus(got, "spoke-a")
