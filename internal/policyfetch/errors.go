@@ -46,15 +46,33 @@ func describe(err error, host string, credentialed bool) error {
 		dns   *net.DNSError
 		errno syscall.Errno
 	)
+	// The order matters: a name that does not resolve and a connection
+	// that times out are also context.DeadlineExceeded (the net package's
+	// timeouts say so), and their cause must not be reduced to that.
 	switch {
 	case errors.As(err, &ce):
 		return ce
 	case errors.As(err, &ph):
 		return causef(err, "%s", ph.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return causef(err, "gave up: %v", context.DeadlineExceeded)
 	case errors.Is(err, context.Canceled):
 		return causef(err, "gave up: %v", context.Canceled)
+	case errors.As(err, &dns):
+		return causef(err, "cannot resolve %s: %s", dns.Name, dns.Err)
+	case errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect"):
+		addr := host
+		if op.Addr != nil {
+			addr = op.Addr.String()
+		}
+		if op.Op == "proxyconnect" {
+			addr = "proxy " + addr
+		}
+		reason := op.Err.Error()
+		if errors.As(op.Err, &errno) {
+			reason = errno.Error()
+		}
+		return causef(err, "cannot connect to %s: %s", addr, reason)
+	case errors.Is(err, context.DeadlineExceeded):
+		return causef(err, "gave up: %v", context.DeadlineExceeded)
 	case errors.Is(err, auth.ErrBasicCredentialNotFound):
 		return causef(err, "the registry answered 401 Unauthorized: %s", needCredentials)
 	case errors.As(err, &er):
@@ -76,21 +94,6 @@ func describe(err error, host string, credentialed bool) error {
 		return causef(err, "the TLS certificate of %s is not valid: %s", host, oneLine(ci.Error()))
 	case errors.Is(err, http.ErrSchemeMismatch), errors.As(err, &rh):
 		return causef(err, "%s does not speak TLS: add it to insecure_sources in sources.yml to use plain http", host)
-	case errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect"):
-		addr := host
-		if op.Addr != nil {
-			addr = op.Addr.String()
-		}
-		if op.Op == "proxyconnect" {
-			addr = "proxy " + addr
-		}
-		reason := op.Err.Error()
-		if errors.As(op.Err, &errno) {
-			reason = errno.Error()
-		}
-		return causef(err, "cannot connect to %s: %s", addr, reason)
-	case errors.As(err, &dns):
-		return causef(err, "cannot resolve %s: %s", dns.Name, dns.Err)
 	}
 	return causef(err, "%s", oneLine(err.Error()))
 }

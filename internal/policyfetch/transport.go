@@ -4,9 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"sync"
+	"time"
 
 	"golang.org/x/net/http/httpproxy"
 )
@@ -19,6 +21,9 @@ import (
 type transport struct {
 	sources *Sources
 	proxy   func(*url.URL) (*url.URL, error)
+	// resolver looks host names up; nil is the system's. Tests set it
+	// before the first request, so that no lookup leaves the machine.
+	resolver *net.Resolver
 
 	mu     sync.Mutex
 	byHost map[string]*http.Transport
@@ -53,6 +58,10 @@ func (t *transport) forHost(host string, insecure bool) *http.Transport {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = func(r *http.Request) (*url.URL, error) { return t.proxy(r.URL) }
+	if t.resolver != nil {
+		// http.DefaultTransport's dialer, with the resolver.
+		tr.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Resolver: t.resolver}).DialContext
+	}
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure}
 	if cas := t.sources.authorities(host); len(cas) > 0 && !insecure {
 		pool, err := x509.SystemCertPool()
