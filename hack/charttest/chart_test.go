@@ -11,6 +11,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -44,6 +45,9 @@ type wantRelease struct {
 	// reportCRDs are the report CRDs the chart installs, by file name in
 	// config/crd/reports.
 	reportCRDs []string
+	// uninstallArgs are the arguments of the pre-delete hook's container;
+	// nil when the chart must render no hook.
+	uninstallArgs []string
 }
 
 var defaultResources = corev1.ResourceRequirements{
@@ -100,6 +104,8 @@ var renderTests = []struct {
 				bindView:             true,
 			},
 			reportCRDs: allReportCRDs,
+			uninstallArgs: []string{"uninstall", "--deployments-namespace=warden-system", "--controller-deployment=warden-controller",
+				"--audit-scanner-client-cert-secret-name=kubewarden-audit-scanner-client-cert", "--grace-period=60s", "--timeout=4m"},
 		},
 	},
 	{
@@ -145,6 +151,10 @@ policyServer:
     storageClassName: nfs
 reportCRDs:
   openReports: false
+uninstall:
+  gracePeriod: 30s
+  timeout: 2m30s
+  activeDeadlineSeconds: 180
 auditScanner:
   image:
     repository: registry.example.com/warden/audit-scanner
@@ -200,6 +210,8 @@ auditScanner:
 				extraRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "secrets"}, Verbs: []string{"get", "list", "watch"}}},
 			},
 			reportCRDs: []string{"wgpolicyk8s.io_clusterpolicyreports.yaml", "wgpolicyk8s.io_policyreports.yaml"},
+			uninstallArgs: []string{"uninstall", "--deployments-namespace=admission", "--controller-deployment=prod-warden-controller",
+				"--audit-scanner-client-cert-secret-name=scanner-cert", "--grace-period=30s", "--timeout=2m30s"},
 		},
 	},
 	{
@@ -217,6 +229,8 @@ auditScanner:
 reportCRDs:
   openReports: false
   policyReports: false
+uninstall:
+  enabled: false
 `,
 		want: wantRelease{
 			prefix:               "wd",
@@ -266,15 +280,28 @@ func TestRender(t *testing.T) {
 			for range w.reportCRDs {
 				wantKinds = append(wantKinds, "CustomResourceDefinition")
 			}
+			// Roles: the policy servers', the audit scanner's and the
+			// uninstall hook's.
+			roles := 1
+			if s != nil {
+				roles++
+			}
+			if w.uninstallArgs != nil {
+				roles++
+			}
 			switch {
 			case s == nil:
-				wantKinds = append(wantKinds, "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+				wantKinds = append(wantKinds, "ClusterRole", "ClusterRoleBinding")
 			case s.bindView:
-				wantKinds = append(wantKinds, "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding",
-					"Role", "Role", "RoleBinding", "RoleBinding")
+				wantKinds = append(wantKinds, "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding")
 			default:
-				wantKinds = append(wantKinds, "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding",
-					"Role", "Role", "RoleBinding", "RoleBinding")
+				wantKinds = append(wantKinds, "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding")
+			}
+			for range roles {
+				wantKinds = append(wantKinds, "Role")
+			}
+			for range roles {
+				wantKinds = append(wantKinds, "RoleBinding")
 			}
 			wantKinds = append(wantKinds, "Service", "Deployment")
 			if s != nil {
@@ -286,9 +313,7 @@ func TestRender(t *testing.T) {
 			if got := r.kinds(); !slices.Equal(got, wantKinds) {
 				t.Fatalf("rendered kinds = %v, want %v", got, wantKinds)
 			}
-			if len(r.hooks) > 0 {
-				t.Errorf("hooks = %v, want none", r.hooks)
-			}
+			checkUninstallHook(t, r, tc.rel, controller, w)
 
 			for _, o := range r.objects {
 				checkMetadata(t, o, tc.rel)
@@ -318,7 +343,7 @@ func TestRender(t *testing.T) {
 			if w.policyCache != "" {
 				checkPolicyCache(t, typedObject[*corev1.PersistentVolumeClaim](t, r, "PersistentVolumeClaim"), w)
 			}
-			checkNotes(t, r.notes, tc.rel, controller, w.policyServer != nil)
+			checkNotes(t, r.notes, tc.rel, controller, w.policyServer != nil, w.uninstallArgs != nil)
 			runNow := "create job --from=cronjob/"
 			if s != nil {
 				runNow += s.name
@@ -519,6 +544,60 @@ func checkRBAC(t *testing.T, r *rendered, rel release, name, serviceAccount stri
 	}
 }
 
+// checkUninstallHook checks the pre-delete hook: the only hook, a Job that
+// runs `controller uninstall` as the controller does (image, ServiceAccount,
+// security contexts), and the Role that lets it scale the controller's
+// Deployment to zero.
+func checkUninstallHook(t *testing.T, r *rendered, rel release, controller string, w wantRelease) {
+	t.Helper()
+	if w.uninstallArgs == nil {
+		if len(r.hooks) > 0 {
+			t.Errorf("%d hooks, want none", len(r.hooks))
+		}
+		return
+	}
+	if len(r.hooks) != 1 || r.hooks[0].kind != "Job" {
+		t.Fatalf("hooks = %v, want one Job", r.hooks)
+	}
+	job := r.hooks[0].typed.(*batchv1.Job)
+	name := controller + "-uninstall"
+	if job.Name != name || job.Namespace != rel.namespace {
+		t.Errorf("hook Job %s/%s, want %s/%s", job.Namespace, job.Name, rel.namespace, name)
+	}
+	if got := job.Annotations["helm.sh/hook"]; got != "pre-delete" {
+		t.Errorf("helm.sh/hook = %q, want pre-delete", got)
+	}
+	if got := job.Annotations["helm.sh/hook-delete-policy"]; got != "before-hook-creation,hook-succeeded" {
+		t.Errorf("helm.sh/hook-delete-policy = %q", got)
+	}
+	pod := job.Spec.Template.Spec
+	if pod.RestartPolicy != corev1.RestartPolicyNever || pod.ServiceAccountName != w.serviceAccount {
+		t.Errorf("hook pod: restartPolicy %q, serviceAccountName %q, want Never and %q", pod.RestartPolicy, pod.ServiceAccountName, w.serviceAccount)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("hook pod has %d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if c.Image != w.controllerImage || !slices.Equal(c.Args, w.uninstallArgs) {
+		t.Errorf("hook container: image %q args %q, want %q %q", c.Image, c.Args, w.controllerImage, w.uninstallArgs)
+	}
+	deploy := typedObject[*appsv1.Deployment](t, r, "Deployment")
+	if !equality.Semantic.DeepEqual(c.SecurityContext, deploy.Spec.Template.Spec.Containers[0].SecurityContext) ||
+		!equality.Semantic.DeepEqual(pod.SecurityContext, deploy.Spec.Template.Spec.SecurityContext) {
+		t.Errorf("the hook's security contexts differ from the controller's")
+	}
+	role := named[*rbacv1.Role](t, r, "Role", name)
+	want := []rbacv1.PolicyRule{{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, ResourceNames: []string{controller}, Verbs: []string{"get", "patch"}}}
+	if !equality.Semantic.DeepEqual(role.Rules, want) {
+		t.Errorf("uninstall Role rules = %+v, want %+v", role.Rules, want)
+	}
+	binding := named[*rbacv1.RoleBinding](t, r, "RoleBinding", name)
+	wantSubjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: w.serviceAccount, Namespace: rel.namespace}}
+	if binding.RoleRef.Name != name || !slices.Equal(binding.Subjects, wantSubjects) {
+		t.Errorf("uninstall RoleBinding: roleRef %+v, subjects %+v", binding.RoleRef, binding.Subjects)
+	}
+}
+
 // generatedRules reads the rules of config/rbac/role.yaml.
 func generatedRules(t *testing.T) []rbacv1.PolicyRule {
 	t.Helper()
@@ -576,10 +655,14 @@ func checkPolicyCache(t *testing.T, pvc *corev1.PersistentVolumeClaim, w wantRel
 
 // checkNotes checks that NOTES.txt names the release's objects, and that
 // the example policy in it is valid.
-func checkNotes(t *testing.T, notes string, rel release, controller string, withPolicyServer bool) {
+func checkNotes(t *testing.T, notes string, rel release, controller string, withPolicyServer, withUninstallHook bool) {
+	uninstall := "kubectl delete policyservers --all"
+	if withUninstallHook {
+		uninstall = "`helm uninstall` deletes every policy and PolicyServer first"
+	}
 	for _, want := range []string{
 		"kubectl -n " + rel.namespace + " rollout status deployment/" + controller,
-		"kubectl delete policyservers --all",
+		uninstall,
 	} {
 		if !strings.Contains(notes, want) {
 			t.Errorf("NOTES.txt lacks %q:\n%s", want, notes)

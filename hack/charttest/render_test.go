@@ -60,8 +60,8 @@ type release struct {
 type rendered struct {
 	// objects are the release's objects, in Helm's install order.
 	objects []renderedObject
-	// hooks are the hook objects.
-	hooks []string
+	// hooks are the hook objects, in the order Helm runs them.
+	hooks []renderedObject
 	// notes is the rendered NOTES.txt.
 	notes string
 }
@@ -123,7 +123,13 @@ func render(t *testing.T, rel release, vals map[string]any) *rendered {
 		t.Fatalf("splitting manifests: %v", err)
 	}
 	for _, h := range hooks {
-		out.hooks = append(out.hooks, h.Kind+"/"+h.Name+" ("+h.Path+")")
+		obj, _, err := strictDecoder.Decode([]byte(h.Manifest), nil, nil)
+		if err != nil {
+			t.Fatalf("decoding the hook %s from %s: %v\n%s", h.Kind, h.Path, err, h.Manifest)
+		}
+		o := renderedObject{template: h.Path, kind: h.Kind, manifest: h.Manifest, typed: obj}
+		o.meta, _ = obj.(metav1.Object)
+		out.hooks = append(out.hooks, o)
 	}
 	for _, m := range manifests {
 		o := renderedObject{template: m.Name, kind: m.Head.Kind, manifest: m.Content}

@@ -36,8 +36,12 @@ import (
 )
 
 // Main runs the controller command: it parses args (without the program
-// name), reconciles until ctx is done, and returns the exit code.
+// name), reconciles until ctx is done, and returns the exit code. With
+// "uninstall" as the first argument it runs UninstallMain instead.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "uninstall" {
+		return UninstallMain(ctx, args[1:], stdout, stderr)
+	}
 	opts := DefaultOptions()
 	if port := os.Getenv("KUBEWARDEN_POLICY_SERVER_SERVICES_METRICS_PORT"); port != "" {
 		if p, err := strconv.ParseInt(port, 10, 32); err == nil {
@@ -152,7 +156,7 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
 		LeaderElection:          opts.LeaderElect,
-		LeaderElectionID:        "warden-controller",
+		LeaderElectionID:        controllerLeaseName,
 		LeaderElectionNamespace: opts.DeploymentsNamespace,
 		// The controllers' names are fixed in this package; the check
 		// only refuses a second manager in one process, which tests start.

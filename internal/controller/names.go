@@ -28,6 +28,13 @@ const (
 	cacheSigningCertKey = "cache-signing.crt"
 	cacheSigningKeyKey  = "cache-signing.key"
 
+	// controllerLeaseName is the Lease of the controller's leader election.
+	controllerLeaseName = "warden-controller"
+	// policyServerLeasePrefix starts the name of each PolicyServer's Lease,
+	// policy-server-<name>, which its replicas take to elect the one that
+	// initialises revisions (internal/policyserver/leader.go).
+	policyServerLeasePrefix = "policy-server-"
+
 	// sourcesKey is the key of a policy server's ConfigMap.
 	sourcesKey = "sources.yml"
 
