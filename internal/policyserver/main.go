@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
 	"k8s.io/client-go/rest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/wardenhq/warden/internal/buildinfo"
 	"github.com/wardenhq/warden/internal/cmdline"
@@ -51,6 +53,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return 2
 	}
+	// controller-runtime's cache and client, which cluster mode watches
+	// PolicyRevisions with, log through its global logger: to ours. Unset,
+	// it would print on stderr, with a goroutine stack, that it never was.
+	ctrllog.SetLogger(logr.FromSlogHandler(logger.Handler()))
 	// OTLP export failures, of metrics and spans, surface through
 	// OpenTelemetry's global handler.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
