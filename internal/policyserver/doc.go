@@ -14,8 +14,10 @@
 //     Kubernetes API with its reflectors), then calls New and Server.Serve.
 //   - Server (server.go): New reads the policies, starts their reflectors,
 //     creates the wasm runtime, the fetcher and the environment, loads every
-//     policy (engine.Environment.Init) and binds the listeners; Serve answers
-//     until its context ends, then drains and closes.
+//     policy (engine.Environment.Init, where one that fails fails the start;
+//     in cluster mode revisions.start, where it is reported on its revision
+//     and left out) and binds the listeners; Serve answers until its context
+//     ends, then drains and closes.
 //
 // # The request path
 //

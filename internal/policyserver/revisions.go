@@ -65,6 +65,9 @@ type revisions struct {
 	mu      sync.Mutex           // serialises sync
 	failed  map[string]time.Time // revision ids that failed to load here, and when
 	aliases map[string]string
+	// pending are the reports of start, made by run: a replica says it
+	// serves a revision only once it does.
+	pending []readyReport
 }
 
 // newRevisions connects to the API server and waits until the revisions
@@ -166,9 +169,16 @@ func (r *revisions) servables(ctx context.Context) ([]servable, error) {
 	if err := r.cache.List(ctx, &list, client.InNamespace(r.ns)); err != nil {
 		return nil, err
 	}
+	return servablesOf(list.Items, r.caps), nil
+}
+
+// servablesOf returns the enabled, Initialized revisions of items, decoded
+// and converted to engine configurations with the namespaced policies'
+// capabilities caps.
+func servablesOf(items []policiesv1.PolicyRevision, caps []string) []servable {
 	var out []servable
-	for i := range list.Items {
-		rev := &list.Items[i]
+	for i := range items {
+		rev := &items[i]
 		if !rev.Spec.Enabled || !policiesv1.IsPolicyStatusConditionTrue(rev.Status.Conditions, policiesv1.PolicyInitialized, nil) {
 			continue
 		}
@@ -176,30 +186,12 @@ func (r *revisions) servables(ctx context.Context) ([]servable, error) {
 		p, err := rev.DecodePolicy()
 		if err == nil {
 			sv.id, sv.unique, sv.gen = revisionID(p), p.GetUniqueName(), p.GetGeneration()
-			sv.config, err = policyconfig.Config(p, r.caps)
+			sv.config, err = policyconfig.Config(p, caps)
 		}
 		sv.err = err
 		out = append(out, sv)
 	}
-	return out, nil
-}
-
-// initial returns what the replica starts with: every enabled, Initialized
-// revision, and the aliases of the newest generations. A revision that
-// cannot be decoded fails the start, as one that fails to load does.
-func (r *revisions) initial(ctx context.Context) (map[string]*engine.PolicyConfig, map[string]string, error) {
-	list, err := r.servables(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	configs := map[string]*engine.PolicyConfig{}
-	for _, sv := range list {
-		if sv.err != nil {
-			return nil, nil, fmt.Errorf("PolicyRevision %s: %w", sv.rev.Name, sv.err)
-		}
-		configs[sv.id] = sv.config
-	}
-	return configs, newestAliases(list, func(id string) bool { return configs[id] != nil }), nil
+	return out
 }
 
 // newestAliases maps each policy's unique name to the id of its newest
@@ -225,6 +217,12 @@ func newestAliases(list []servable, loaded func(id string) bool) map[string]stri
 // and takes part in the election of the replica that initialises them.
 func (r *revisions) run(ctx context.Context) {
 	go r.elect(ctx)
+	r.mu.Lock()
+	for _, rep := range r.pending {
+		r.report(ctx, rep.rev, rep.cond)
+	}
+	r.pending = nil
+	r.mu.Unlock()
 	ticker := time.NewTicker(revisionResync)
 	defer ticker.Stop()
 	for {
@@ -248,10 +246,60 @@ func (r *revisions) sync(ctx context.Context) {
 		r.logger.WarnContext(ctx, "cannot list PolicyRevisions", observability.KeyError, err)
 		return
 	}
+	for _, rep := range r.apply(ctx, list, false) {
+		r.report(ctx, rep.rev, rep.cond)
+	}
+}
+
+// start is the first sync, which the replica makes before it serves: it
+// loads every servable revision it can, and keeps the Ready condition of
+// each for run to report once the replica serves. A revision that cannot
+// be loaded (its module cannot be fetched, verified or compiled, or the
+// revision cannot be decoded) is reported LoadError and not served, and
+// is tried again after retryFailedLoad, as after a change: it never keeps
+// the replica from starting and serving the others (RFC 000: a policy that
+// cannot load is reported, the others are served). It returns how many
+// revisions are served and how many failed; only a failure to list the
+// revisions is an error.
+func (r *revisions) start(ctx context.Context) (loaded, failed int, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	list, err := r.servables(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("listing the PolicyRevisions of PolicyServer %q: %w", r.name, err)
+	}
+	r.pending = r.apply(ctx, list, true)
+	for _, rep := range r.pending {
+		if rep.cond.Status == metav1.ConditionTrue {
+			loaded++
+		} else {
+			failed++
+		}
+	}
+	return loaded, failed, nil
+}
+
+// readyReport is the Ready condition this replica reports on a revision.
+type readyReport struct {
+	rev  *policiesv1.PolicyRevision
+	cond policiesv1.PolicyStatusCondition
+}
+
+// apply makes the environment serve the revisions of list that can be
+// served: it loads those that are new (not those that failed here less
+// than retryFailedLoad ago), drops those no longer listed, points each
+// policy's unique name at its newest loaded generation, and returns the
+// Ready condition of every revision whose state it learnt. The failures
+// are logged and counted as reloads; at start (the first apply) the
+// successes are not, since nothing changed. The caller holds r.mu.
+func (r *revisions) apply(ctx context.Context, list []servable, start bool) []readyReport {
 	desired := map[string]*engine.PolicyConfig{}
 	now := time.Now()
 	for _, sv := range list {
 		if sv.err != nil {
+			if start {
+				r.logger.ErrorContext(ctx, "PolicyRevision cannot be decoded: it is not served", "revision", sv.rev.Name, observability.KeyError, sv.err)
+			}
 			continue
 		}
 		// A revision's spec never changes, so one that failed here (and
@@ -265,7 +313,9 @@ func (r *revisions) sync(ctx context.Context) {
 	r.s.startReflectors(ctx, desired)
 	loadErrs := map[string]error{}
 	for _, ch := range r.s.env.Apply(ctx, desired) {
-		r.s.recordReload(ctx, ch)
+		if !start || ch.Err != nil {
+			r.s.recordReload(ctx, ch)
+		}
 		if ch.Err != nil {
 			r.failed[ch.ID] = now
 			loadErrs[ch.ID] = ch.Err
@@ -277,6 +327,7 @@ func (r *revisions) sync(ctx context.Context) {
 		r.s.env.SetAliases(aliases)
 		r.aliases = aliases
 	}
+	var reports []readyReport
 	for _, sv := range list {
 		cond := policiesv1.PolicyStatusCondition{Type: policiesv1.PolicyReady, Status: metav1.ConditionTrue, Reason: reasonLoaded,
 			Message: fmt.Sprintf("replica %d serves the policy", r.replica)}
@@ -290,8 +341,9 @@ func (r *revisions) sync(ctx context.Context) {
 		case desired[sv.id] == nil:
 			continue // failed earlier and not retried yet: the report stands
 		}
-		r.report(ctx, sv.rev, cond)
+		reports = append(reports, readyReport{rev: sv.rev, cond: cond})
 	}
+	return reports
 }
 
 // report sets cond, as this replica's, on the revision, unless the revision

@@ -50,6 +50,11 @@ type Server struct {
 	shared     *sharedcache.Store // the replicas' shared cache; nil when none
 	fetcher    *policyfetch.Fetcher
 	tls        *certwatch.Watcher
+	// fetchTimeout bounds one module fetch in cluster mode, so that a
+	// registry that never answers cannot hold a replica's start (and its
+	// readiness) or the leader's initialisations for ever; 0 in standalone
+	// mode, where only ctx bounds a fetch, as in Kubewarden.
+	fetchTimeout time.Duration
 	// tlsMinVersion and tlsCipherSuites are --tls-min-version and
 	// --tls-cipher-suites, for the configurations of s.tls.
 	tlsMinVersion   uint16
@@ -79,6 +84,12 @@ func SetGOMAXPROCS(workers int) {
 // New loads the policies and binds the listeners; Serve starts answering.
 // The server's readiness endpoint reports ready only once Serve runs and
 // the reflectors of the kinds its policies read hold their first lists.
+//
+// In standalone mode a policy of the policies file that fails to load
+// fails New, as in Kubewarden, unless Options.ContinueOnErrors. In cluster
+// mode none does: a PolicyRevision that fails to load is reported on the
+// revision (Ready False, LoadError, with the replica's ordinal) and left
+// out, and the others are served; the failed one is tried again later.
 func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error) {
 	tlsMinVersion, err := certwatch.ParseMinVersion(opts.TLSMinVersion)
 	if err != nil {
@@ -107,20 +118,18 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if s.tracing, err = newTracing(ctx, opts, logger); err != nil {
 		return nil, err
 	}
-	var configs map[string]*engine.PolicyConfig
-	var aliases map[string]string
+	var configs map[string]*engine.PolicyConfig // standalone mode's
 	if opts.PolicyServerName != "" {
 		if s.revs, err = newRevisions(ctx, s); err != nil {
 			return nil, err
 		}
-		configs, aliases, err = s.revs.initial(ctx)
+		s.fetchTimeout = clusterFetchTimeout
 	} else {
-		configs, err = readPolicies(opts.PoliciesPath)
+		if configs, err = readPolicies(opts.PoliciesPath); err != nil {
+			return nil, err
+		}
+		s.startReflectors(ctx, configs) // they list while the modules compile
 	}
-	if err != nil {
-		return nil, err
-	}
-	s.startReflectors(ctx, configs) // they list while the modules compile
 	var shared *sharedcache.Store
 	if opts.SharedCacheDir != "" {
 		shared, err = sharedcache.Open(sharedcache.Options{
@@ -158,10 +167,7 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	}
 	start := time.Now()
 	s.engineOpts = engine.Options{
-		Fetch: func(ctx context.Context, uri string) ([]byte, error) {
-			m, err := s.fetcher.Fetch(ctx, uri)
-			return m.Bytes, err
-		},
+		Fetch:                 s.fetch,
 		Runtime:               s.rt,
 		Logger:                logger,
 		Recorder:              evaluationRecorder{metrics: s.metrics, tracing: s.tracing},
@@ -177,14 +183,22 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if s.env, err = engine.NewEnvironment(s.engineOpts); err != nil {
 		return nil, err
 	}
-	if err := s.env.Init(ctx, configs); err != nil {
-		return nil, err
+	if s.revs != nil {
+		// A revision that fails to load is reported on it and left out;
+		// the server starts with the others (revisions.start).
+		loaded, failed, err := s.revs.start(ctx)
+		if err != nil {
+			return nil, err
+		}
+		logger.InfoContext(ctx, "policies loaded", "count", loaded, "failed", failed, "duration", time.Since(start).Round(time.Millisecond))
+	} else {
+		// As Kubewarden's, a policy that fails to load fails the start,
+		// unless --continue-on-errors.
+		if err := s.env.Init(ctx, configs); err != nil {
+			return nil, err
+		}
+		logger.InfoContext(ctx, "policies loaded", "count", len(configs), "duration", time.Since(start).Round(time.Millisecond))
 	}
-	if aliases != nil {
-		s.env.SetAliases(aliases)
-		s.revs.aliases = aliases
-	}
-	logger.InfoContext(ctx, "policies loaded", "count", len(configs), "duration", time.Since(start).Round(time.Millisecond))
 	// Loading leaves behind garbage several times the size of the modules
 	// (decoded, rewritten and compiled copies): hand it back to the OS now
 	// rather than when the scavenger gets to it.
@@ -209,6 +223,24 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	}
 	ok = true
 	return s, nil
+}
+
+// clusterFetchTimeout is how long a module fetch may take in cluster mode;
+// one that takes longer fails (PullError, or LoadError on a replica) and is
+// tried again later.
+const clusterFetchTimeout = 2 * time.Minute
+
+// fetch returns the module at uri, through the server's fetcher, within
+// s.fetchTimeout when it is set. It is the engine's Options.Fetch.
+func (s *Server) fetch(ctx context.Context, uri string) ([]byte, error) {
+	if s.fetchTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, s.fetchTimeout,
+			fmt.Errorf("gave up after %s: %w", s.fetchTimeout, context.DeadlineExceeded))
+		defer cancel()
+	}
+	m, err := s.fetcher.Fetch(ctx, uri)
+	return m.Bytes, err
 }
 
 func listen(addr string, port int) (net.Listener, error) {
