@@ -30,7 +30,10 @@
 //     lists cannot use resourceVersion "0" (the watch cache then ignores the
 //     limit and answers the whole collection), so they are consistent lists,
 //     which API servers since 1.31 also answer from the watch cache;
-//   - connections to the policy servers are kept alive and reused;
+//   - connections to the policy servers are kept alive and reused, and
+//     their host names looked up once per run: a name that does not resolve
+//     fails each object at once, saying so (reviewer.resolve), instead of
+//     after the request timeout with "context deadline exceeded";
 //   - a scope whose scan was incomplete (a policy server down or answering
 //     an HTTP error, a list or a report write that failed) keeps every
 //     report of the previous run: the cleanup is skipped, the error results

@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"sync"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -34,6 +37,22 @@ const (
 // concurrent use.
 type reviewer struct {
 	client *http.Client
+	// proxy is the transport's: a host reached through a proxy is not
+	// looked up here.
+	proxy func(*http.Request) (*url.URL, error)
+	// resolver looks the policy servers' names up; nil is the system's.
+	// Tests set it, so that no lookup leaves the machine.
+	resolver *net.Resolver
+
+	mu    sync.Mutex
+	names map[string]*nameLookup // by host name, for the run
+}
+
+// nameLookup is the lookup of a policy server's host name, made once per
+// run: done is closed once err says whether it resolved.
+type nameLookup struct {
+	done chan struct{}
+	err  error
 }
 
 // newReviewer returns a reviewer that trusts the system's CAs and those of
@@ -75,12 +94,66 @@ func newReviewer(o *Options, maxConns int) (*reviewer, error) {
 	transport.MaxConnsPerHost = maxConns
 	transport.MaxIdleConns = maxConns
 	transport.MaxIdleConnsPerHost = maxConns
-	return &reviewer{client: &http.Client{Transport: transport, Timeout: requestTimeout}}, nil
+	return &reviewer{client: &http.Client{Transport: transport, Timeout: requestTimeout}, proxy: transport.Proxy,
+		names: map[string]*nameLookup{}}, nil
 }
 
-// close closes the idle connections.
+// resolve returns why the host of req's URL does not resolve, or nil when
+// it does, when it is an address, or when a proxy reaches it. The name is
+// looked up once per run, within requestTimeout: without it, an object's
+// request to a Service name that no DNS server answers for (a cluster
+// without DNS) would fail only at requestTimeout, with nothing but
+// "context deadline exceeded", and every object would wait as long again.
+func (rv *reviewer) resolve(ctx context.Context, req *http.Request) error {
+	host := req.URL.Hostname()
+	if net.ParseIP(host) != nil {
+		return nil
+	}
+	if rv.proxy != nil {
+		if p, err := rv.proxy(req); err == nil && p != nil {
+			return nil
+		}
+	}
+	rv.mu.Lock()
+	l, ok := rv.names[host]
+	if !ok {
+		l = &nameLookup{done: make(chan struct{})}
+		rv.names[host] = l
+	}
+	rv.mu.Unlock()
+	if ok {
+		select {
+		case <-l.done:
+			return l.err
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	resolver := rv.resolver
+	if resolver == nil {
+		resolver = net.DefaultResolver
+	}
+	lookupCtx, cancel := context.WithTimeout(ctx, requestTimeout)
+	_, l.err = resolver.LookupHost(lookupCtx, host)
+	cancel()
+	if l.err != nil && ctx.Err() != nil {
+		// The run is ending: that says nothing of the name.
+		rv.mu.Lock()
+		delete(rv.names, host)
+		rv.mu.Unlock()
+		l.err = context.Cause(ctx)
+	}
+	close(l.done)
+	return l.err
+}
+
+// close closes the idle connections and forgets the names looked up: the
+// next run looks them up again.
 func (rv *reviewer) close() {
 	rv.client.CloseIdleConnections()
+	rv.mu.Lock()
+	rv.names = map[string]*nameLookup{}
+	rv.mu.Unlock()
 }
 
 // reviewBody returns the AdmissionReview an audit sends for obj
@@ -131,6 +204,9 @@ func (rv *reviewer) audit(ctx context.Context, url string, body []byte) verdict 
 		return unavailable(fmt.Errorf("building the audit request: %w", err))
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if err := rv.resolve(ctx, req); err != nil {
+		return unavailable(fmt.Errorf("policy server unreachable: %w", err))
+	}
 	resp, err := rv.client.Do(req)
 	if err != nil {
 		return unavailable(fmt.Errorf("policy server unreachable: %w", err))

@@ -1,6 +1,7 @@
 package auditscanner
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"io"
@@ -9,7 +10,10 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/wardenhq/warden/internal/pkitest"
 )
@@ -177,4 +181,102 @@ func TestNewReviewerErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAuditUnresolvableName checks that a policy server whose name does not
+// resolve (a Service name in a cluster without DNS) is reported as such,
+// at once, and that the name is looked up once per run, not once per
+// object: each object used to wait requestTimeout for "context deadline
+// exceeded". The names are under .invalid (RFC 6761) and looked up on
+// 127.0.0.1 only.
+func TestAuditUnresolvableName(t *testing.T) {
+	body, err := reviewBody(pod("team-a", "web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nx := nxdomainServer(t)
+	tests := []struct {
+		name string
+		dial func(ctx context.Context) (net.Conn, error)
+		want string
+	}{
+		{name: "no such host", dial: func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "udp", nx)
+		}, want: "no such host"},
+		// Every query times out at once, as it would after the
+		// resolver's timeout when no name server answers.
+		{name: "no name server answers", dial: func(context.Context) (net.Conn, error) {
+			return nil, context.DeadlineExceeded
+		}, want: "i/o timeout"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rv, err := newReviewer(&Options{}, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rv.close()
+			var queries atomic.Int32
+			rv.resolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				queries.Add(1)
+				return tt.dial(ctx)
+			}}
+			const host = "policy-server-default.kubewarden.svc.invalid"
+			url := "https://" + host + ":443/audit/clusterwide-p"
+			got := rv.audit(t.Context(), url, body)
+			wantMessage := "policy server unreachable: lookup " + host
+			if !got.errored || !got.unavailable || !strings.HasPrefix(got.message, wantMessage) || !strings.HasSuffix(got.message, ": "+tt.want) {
+				t.Errorf("verdict %+v, want unavailable with %q...%q", got, wantMessage, tt.want)
+			}
+			t.Logf("%s", got.message)
+			asked := queries.Load()
+			for range 3 {
+				if again := rv.audit(t.Context(), url, body); again != got {
+					t.Errorf("next object: verdict %+v, want %+v", again, got)
+				}
+			}
+			if n := queries.Load(); n != asked {
+				t.Errorf("%d DNS queries for four objects, %d for the first: the name was looked up again", n, asked)
+			}
+		})
+	}
+}
+
+// nxdomainServer answers every DNS query sent to the address it returns,
+// on 127.0.0.1, with "no such name", until the test ends.
+func nxdomainServer(t *testing.T) string {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return // closed at cleanup
+			}
+			var p dnsmessage.Parser
+			h, err := p.Start(buf[:n])
+			if err != nil {
+				continue
+			}
+			q, err := p.Question()
+			if err != nil {
+				continue
+			}
+			b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RecursionDesired: h.RecursionDesired,
+				RecursionAvailable: true, RCode: dnsmessage.RCodeNameError})
+			if b.StartQuestions() != nil || b.Question(q) != nil {
+				continue
+			}
+			if answer, err := b.Finish(); err == nil {
+				_, _ = pc.WriteTo(answer, from)
+			}
+		}
+	}()
+	return pc.LocalAddr().String()
 }
