@@ -5,9 +5,15 @@
 #
 #   export KUBEBUILDER_ASSETS="$(hack/cluster-bins.sh)"
 #
+# With the argument "node" it also builds what a single-node cluster needs
+# (hack/local-cluster.sh): kube-controller-manager, kube-scheduler, kubelet,
+# kube-proxy and kubectl, from the same module, into the same directory.
+#
 # Progress goes to stderr. A binary that is already there and reports the
 # pinned version is kept, so a warm run takes under a second; the first build
-# (downloads included) took about 3.5 minutes on two cores.
+# (downloads included) took about 3.5 minutes on two cores, and "node" adds
+# docs/local-cluster.md's figure. Two runs at once take turns (flock on the
+# directory) instead of compiling the same packages twice.
 #
 # Needs only Go and the Go module proxy: no prebuilt binary is downloaded.
 #
@@ -20,6 +26,16 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="$root/hack/cluster-bins"
 
 log() { printf 'cluster-bins: %s\n' "$*" >&2; }
+
+node=false
+case "${1:-}" in
+"") ;;
+node) node=true ;;
+*)
+	log "usage: hack/cluster-bins.sh [node]"
+	exit 2
+	;;
+esac
 
 if ! command -v go >/dev/null 2>&1; then
 	log "go is not on PATH; install Go first"
@@ -49,6 +65,16 @@ dir="${WARDEN_CLUSTER_BINS:-${XDG_CACHE_HOME:-$HOME/.cache}/warden/cluster-bins/
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
 
+# One build at a time per directory: a second run waits for the first and
+# then finds its binaries up to date. Without flock (util-linux) it goes on.
+if command -v flock >/dev/null 2>&1; then
+	exec 9>"$dir/.lock"
+	if ! flock -n 9; then
+		log "another build into $dir is running; waiting for it"
+		flock 9
+	fi
+fi
+
 # kube-apiserver reports its version from ldflags, as the upstream release
 # build sets them; without them it says v0.0.0-master.
 k8s_major="${k8s_version#v}"
@@ -64,13 +90,15 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 	ldflags+=" -X $pkg.buildDate=$build_date"
 done
 
-# has_version BINARY LINE: BINARY exists and LINE is a whole line of what
-# its --version prints.
+# has_version BINARY LINE [ARGS...]: BINARY exists and LINE is a whole line
+# of what BINARY ARGS (default --version) prints.
 has_version() {
-	local out
-	[[ -x "$dir/$1" ]] || return 1
-	out="$("$dir/$1" --version 2>/dev/null)" || return 1
-	[[ $'\n'"$out"$'\n' == *$'\n'"$2"$'\n'* ]]
+	local bin="$1" line="$2" out
+	shift 2
+	(($#)) || set -- --version
+	[[ -x "$dir/$bin" ]] || return 1
+	out="$("$dir/$bin" "$@" 2>/dev/null)" || return 1
+	[[ $'\n'"$out"$'\n' == *$'\n'"$line"$'\n'* ]]
 }
 
 # build NAME PACKAGE: builds PACKAGE into $dir/NAME. The binary is linked
@@ -108,6 +136,27 @@ else
 		log "the etcd just built does not report $etcd_version"
 		exit 1
 	}
+fi
+
+if $node; then
+	# kubectl has no --version flag; the others answer like kube-apiserver.
+	for name in kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+		want="Kubernetes $k8s_version"
+		args=(--version)
+		if [[ $name == kubectl ]]; then
+			want="Client Version: $k8s_version"
+			args=(version --client)
+		fi
+		if has_version "$name" "$want" "${args[@]}"; then
+			log "$name $k8s_version is up to date"
+			continue
+		fi
+		build "$name" "k8s.io/kubernetes/cmd/$name"
+		has_version "$name" "$want" "${args[@]}" || {
+			log "the $name just built does not report $k8s_version"
+			exit 1
+		}
+	done
 fi
 
 printf '%s\n' "$dir"
