@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +31,11 @@ const manifestWorkLabel = "sync.wardenhq.io/policysync"
 // manifestWorkName is the name of a PolicySync's ManifestWork in each
 // cluster's namespace.
 func manifestWorkName(syncName string) string { return "policysync-" + syncName }
+
+// agentFieldManager is the server-side apply field manager the work agent
+// applies the copies with. The ManifestWork API accepts only names that
+// start with "work-agent": the agent's own manager, or one under it.
+const agentFieldManager = "work-agent-" + fieldManager
 
 // ocmCluster keeps one ManagedCluster of one PolicySync in sync through a
 // ManifestWork in the cluster's namespace on the hub, which OCM's work
@@ -135,13 +141,13 @@ func (o *ocmCluster) manifestWork(desired *desiredState) *unstructured.Unstructu
 	configs := make([]any, 0, len(keys))
 	var paths []any
 	for _, f := range desired.feedback {
-		paths = append(paths, map[string]any{"name": f.Name, "path": f.JSONPath})
+		paths = append(paths, map[string]any{"name": f.Name, "path": agentJSONPath(f.JSONPath)})
 	}
 	for _, k := range keys {
 		manifests = append(manifests, desired.copies[k].object.Object)
 		config := map[string]any{
 			"resourceIdentifier": map[string]any{"group": k.gvr.Group, "resource": k.gvr.Resource, "name": k.name, "namespace": k.namespace},
-			"updateStrategy":     map[string]any{"type": "ServerSideApply", "serverSideApply": map[string]any{"fieldManager": fieldManager, "force": false}},
+			"updateStrategy":     map[string]any{"type": "ServerSideApply", "serverSideApply": map[string]any{"fieldManager": agentFieldManager, "force": false}},
 		}
 		if len(paths) > 0 {
 			config["feedbackRules"] = []any{map[string]any{"type": "JSONPaths", "jsonPaths": paths}}
@@ -160,6 +166,18 @@ func (o *ocmCluster) manifestWork(desired *desiredState) *unstructured.Unstructu
 	w.SetName(manifestWorkName(o.syncName))
 	w.SetLabels(map[string]string{manifestWorkLabel: o.syncName})
 	return w
+}
+
+// agentJSONPath is a statusFeedback JSONPath as the work agent takes it:
+// the agent puts the braces around the path itself, so the ones the
+// PolicySync may have (kubectl's syntax) are taken off. The agent reads
+// the path from the whole object, as the direct transport does.
+func agentJSONPath(path string) string {
+	path = strings.TrimSpace(path)
+	if strings.HasPrefix(path, "{") && strings.HasSuffix(path, "}") {
+		path = path[1 : len(path)-1]
+	}
+	return path
 }
 
 // workStatus reads a cluster's status from its ManifestWork: the cluster
