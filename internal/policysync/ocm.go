@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,10 +69,13 @@ func newOCMCluster(syncName, cluster string, hub dynamic.Interface, resync, time
 }
 
 // run writes the ManifestWork at each change and reads its status every
-// resync period, until ctx is done.
+// resync period, until ctx is done. After a failure it tries again with a
+// backoff doubling from minBackoff to maxBackoff, or at once when the
+// desired state changes: a new ManifestWork may be one the hub accepts.
 func (o *ocmCluster) run(ctx context.Context) {
 	timer := time.NewTimer(o.resync)
 	defer timer.Stop()
+	var backoff time.Duration
 	for {
 		select {
 		case <-ctx.Done():
@@ -80,11 +84,30 @@ func (o *ocmCluster) run(ctx context.Context) {
 		case <-timer.C:
 		}
 		if err := o.pass(ctx); err != nil {
-			o.logger.Info("writing the ManifestWork", "error", err)
+			backoff = o.failed(err, backoff)
+			timer.Reset(backoff)
+		} else {
+			backoff = 0
+			timer.Reset(o.resync)
 		}
-		timer.Reset(o.resync)
 		o.changed()
 	}
+}
+
+// failed logs a failed pass, and returns how long to wait before the next
+// one: the backoff after the previous failure (0: none) doubled, within
+// minBackoff and maxBackoff. A ManifestWork the hub refused is an error
+// that needs someone to look at it; a hub or a namespace that is not there
+// (yet) is not.
+func (o *ocmCluster) failed(err error, backoff time.Duration) time.Duration {
+	backoff = nextBackoff(backoff)
+	var refused *refusedError
+	if errors.As(err, &refused) {
+		o.logger.Error("the hub refused the ManifestWork", "error", err, "retryIn", backoff)
+	} else {
+		o.logger.Info("writing the ManifestWork", "error", err, "retryIn", backoff)
+	}
+	return backoff
 }
 
 // cleanup deletes the PolicySync's ManifestWork: the work agent deletes
@@ -118,16 +141,59 @@ func (o *ocmCluster) pass(ctx context.Context) error {
 			metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
 	}
 	if err != nil {
-		message := fmt.Sprintf("writing the ManifestWork %s/%s on the hub: %v", o.cluster, manifestWorkName(o.syncName), err)
-		if status, ok := err.(apierrors.APIStatus); ok && apierrors.IsNotFound(err) &&
-			status.Status().Details != nil && status.Status().Details.Kind == "namespaces" {
-			message = fmt.Sprintf("the hub has no namespace %s: is %s a ManagedCluster?", o.cluster, o.cluster)
-		}
-		o.setStatus(syncv1alpha1.ClusterStatus{Name: o.cluster, Message: message})
-		return errors.New(message)
+		status, err := writeFailure(o.cluster, manifestWorkName(o.syncName), desired, err)
+		o.setStatus(status)
+		return err
 	}
 	o.setStatus(workStatus(o.cluster, work, desired))
 	return nil
+}
+
+// refusedError is a write of a ManifestWork that the hub answered and
+// refused: the API's validation (the ManifestWork CRD's schema), an
+// admission webhook or policy (OCM's own webhook refuses manifests over
+// 500 KiB in all), or the syncer's permissions. Writing the same
+// ManifestWork again cannot succeed until something changes.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+// writeFailure is the status of a cluster whose ManifestWork work could
+// not be written (or deleted), and the error to log. A ManifestWork the
+// hub refused leaves the cluster reachable (the hub answered) with the
+// API's message, and every object not synced, so that Ready says
+// SyncFailed; a hub that did not answer, or a cluster without a namespace
+// on the hub, is not reachable.
+func writeFailure(cluster, work string, desired *desiredState, err error) (syncv1alpha1.ClusterStatus, error) {
+	var status apierrors.APIStatus
+	switch {
+	case apierrors.IsNotFound(err) && errors.As(err, &status) &&
+		status.Status().Details != nil && status.Status().Details.Kind == "namespaces":
+		err = fmt.Errorf("the hub has no namespace %s: is %s a ManagedCluster?", cluster, cluster)
+	case hubRefused(err):
+		err = &refusedError{fmt.Errorf("the hub refused the ManifestWork %s/%s: %w", cluster, work, err)}
+		cs := syncv1alpha1.ClusterStatus{Name: cluster, Reachable: true, Message: err.Error()}
+		for _, k := range slices.SortedFunc(maps.Keys(desired.copies), compareKeys) {
+			cs.Objects = append(cs.Objects, objectStatus(desired.copies[k], false, "not synced: the hub refused the ManifestWork", nil))
+		}
+		return cs, err
+	default:
+		err = fmt.Errorf("writing the ManifestWork %s/%s on the hub: %w", cluster, work, err)
+	}
+	return syncv1alpha1.ClusterStatus{Name: cluster, Message: err.Error()}, err
+}
+
+// hubRefused says whether err is the hub's answer refusing a request, as
+// opposed to a hub that could not answer (isUnreachable), one that failed
+// (5xx), or one that asks to be tried again later (408, 429).
+func hubRefused(err error) bool {
+	var status apierrors.APIStatus
+	if isUnreachable(err) || !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
 }
 
 // manifestWork is the ManifestWork holding the copies of desired, with a

@@ -34,6 +34,13 @@ const maxBackoff = 30 * time.Second
 // minBackoff is the delay after a spoke's first failure.
 const minBackoff = time.Second
 
+// nextBackoff is the delay after a failure that follows one retried after
+// backoff (0 for the first failure): twice as long, within minBackoff and
+// maxBackoff.
+func nextBackoff(backoff time.Duration) time.Duration {
+	return min(max(2*backoff, minBackoff), maxBackoff)
+}
+
 // desiredState is what one PolicySync wants in one spoke.
 type desiredState struct {
 	// gvrs are the valid resources of the PolicySync: the spoke's objects
@@ -176,7 +183,7 @@ func (s *spoke) run(ctx context.Context) {
 		case <-timer.C:
 		}
 		if err := s.pass(ctx, full); err != nil {
-			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			backoff = nextBackoff(backoff)
 			s.logger.Info("cluster unreachable", "error", err, "retryIn", backoff)
 			timer.Reset(backoff)
 		} else {

@@ -612,7 +612,9 @@ func (s *Syncer) status(ps *syncv1alpha1.PolicySync, st *syncState, buildErr err
 			if len(cs.Conflicts) > 0 {
 				conflicting = append(conflicting, key.cluster)
 			}
-			if slices.ContainsFunc(cs.Objects, func(o syncv1alpha1.ObjectStatus) bool { return !o.Synced }) {
+			// A message on a reachable cluster is a ManifestWork the hub
+			// refused, which may hold no object (deleting it was refused).
+			if cs.Message != "" || slices.ContainsFunc(cs.Objects, func(o syncv1alpha1.ObjectStatus) bool { return !o.Synced }) {
 				failing = append(failing, key.cluster)
 			}
 		}
