@@ -120,8 +120,8 @@ overlaps() {
 }
 # nth CIDR N: the Nth address of CIDR.
 nth() {
-	local first last
-	read -r first last <<<"$(cidr_range "$1")"
+	local first
+	read -r first _ <<<"$(cidr_range "$1")"
 	int2ip $((first + $2))
 }
 
@@ -480,11 +480,14 @@ our_processes() {
 		pid="$(pid_of "$name")" && echo "$pid $name"
 	done
 	# One grep each over every process: a loop would take seconds.
+	# A command line's arguments are separated by NULs: the socket path is
+	# one of them, the shim's binary the first.
 	while IFS= read -r f; do
 		pid="${f#/proc/}"
 		pid="${pid%%/*}"
+		[[ "$(tr '\0' '\n' 2>/dev/null <"$f" | head -n1)" == *containerd-shim* ]] || continue
 		alive "$pid" && echo "$pid containerd-shim"
-	done < <(grep -lsF -- "-address $run/containerd/containerd.sock" /proc/[0-9]*/cmdline || true)
+	done < <(grep -lsF -- "$run/containerd/containerd.sock" /proc/[0-9]*/cmdline || true)
 	while IFS= read -r f; do
 		pid="${f#/proc/}"
 		pid="${pid%%/*}"
@@ -985,17 +988,17 @@ cmd_load_images() {
 	fi
 	[[ -n $names ]] || die "$path holds no named image (io.containerd.image.name or RepoTags)"
 	# What the kubelet sees: the CRI lists the k8s.io namespace.
-	local n images missing=0
+	local n images absent=0
 	images="$(ctr_ images ls -q)"
 	for n in $names; do
 		if grep -qxF "$n" <<<"$images"; then
 			echo "$n"
 		else
 			log "$n is not in containerd after the import"
-			missing=1
+			absent=1
 		fi
 	done
-	((missing == 0)) || die "some images were not imported"
+	((absent == 0)) || die "some images were not imported"
 	log "imported $(wc -w <<<"$names") images; pods with imagePullPolicy IfNotPresent use them"
 }
 
@@ -1025,6 +1028,7 @@ drain_pods() {
 
 cmd_down() {
 	need_root
+	mkdir -p "${lock_file%/*}"
 	exec 9>"$lock_file"
 	flock 9
 	cmd_down_locked
@@ -1058,13 +1062,17 @@ cmd_down_locked() {
 		log "killing leftover $what (PID $pid)"
 		kill -KILL "$pid" 2>/dev/null || true
 	done < <(our_processes || true)
+	for ((i = 0; i < 50; i++)); do
+		[[ -z "$(our_processes)" ]] && break
+		sleep 0.1
+	done
 	local m
 	while IFS= read -r m; do
 		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
 	done < <(our_mounts || true)
 	if [[ -e /sys/class/net/$bridge ]]; then
 		local l
-		for l in /sys/class/net/$bridge/brif/*; do
+		for l in "/sys/class/net/$bridge/brif/"*; do
 			[[ -e $l ]] && ip link del "${l##*/}" 2>/dev/null
 		done
 		ip link del "$bridge" 2>/dev/null || log "could not delete $bridge"
@@ -1323,6 +1331,7 @@ cmd_env() {
 	load_env && [[ -f $dir/up ]] || die "the cluster is not up"
 	printf 'export KUBECONFIG=%q\n' "$dir/admin.kubeconfig"
 	printf 'export KUBECACHEDIR=%q\n' "$dir/kube-cache"
+	# shellcheck disable=SC2016 # $PATH is for the shell that evals this
 	printf 'export PATH=%q:"$PATH"\n' "$bins"
 	printf 'export WARDEN_LOCAL_CLUSTER_PROBE_IMAGE=%q\n' "$probe_image"
 	printf 'export WARDEN_LOCAL_CLUSTER_PAUSE_IMAGE=%q\n' "$pause_image"
