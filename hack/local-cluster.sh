@@ -880,7 +880,16 @@ cmd_up() {
 		--listen-peer-urls "http://$node_ip:2380" --initial-advertise-peer-urls "http://$node_ip:2380" \
 		--initial-cluster "$node_name=http://$node_ip:2380" \
 		--unsafe-no-fsync --quota-backend-bytes 2147483648 --log-level warn
-	start containerd containerd --config "$dir/containerd.toml"
+	# containerd is the only program here that would reach a registry, for
+	# an image that is not imported. Its HTTP client takes the proxy from the
+	# environment and leaves the registry's name to the proxy: a pull then
+	# fails at once on 127.0.0.1:9, where nothing listens, without looking
+	# the registry up or sending a packet off the machine. Registries at the
+	# cluster's own addresses are reached directly.
+	local direct="$node_ip,$pod_cidr,$service_cidr"
+	HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 NO_PROXY="$direct" \
+		http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy="$direct" \
+		start containerd containerd --config "$dir/containerd.toml"
 	wait_for etcd "$helper_bin/probe" get -timeout 2s "http://$node_ip:2379/health"
 	start kube-apiserver "$bins/kube-apiserver" \
 		--advertise-address "$node_ip" --bind-address "$node_ip" --secure-port 6443 \
