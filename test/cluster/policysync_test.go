@@ -3,11 +3,16 @@
 package cluster_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"log/slog"
 	"maps"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -26,6 +32,7 @@ import (
 	syncv1alpha1 "github.com/wardenhq/warden/api/sync/v1alpha1"
 	"github.com/wardenhq/warden/internal/clustertest"
 	"github.com/wardenhq/warden/internal/logtest"
+	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policysync"
 )
 
@@ -53,9 +60,9 @@ func startSyncCluster(t *testing.T) *clustertest.Cluster {
 		clustertest.WithCRDDirectory("../../config/crd/bases", "testdata/policysync"))
 }
 
-// startSyncer runs the policy syncer against the hub until the test ends;
-// its logs are shown if the test fails.
-func startSyncer(t *testing.T, hub *clustertest.Cluster) {
+// startSyncer runs the policy syncer against the hub until the test ends,
+// and returns its logs; they are shown if the test fails.
+func startSyncer(t *testing.T, hub *clustertest.Cluster) *logtest.Buffer {
 	t.Helper()
 	opts := policysync.DefaultOptions()
 	opts.Namespace = syncNamespace
@@ -68,6 +75,7 @@ func startSyncer(t *testing.T, hub *clustertest.Cluster) {
 		t.Fatal(err)
 	}
 	runManager(t, "syncer", mgr, &logs)
+	return &logs
 }
 
 // kubeconfigSecret is the Secret the PolicySync names for a spoke.
@@ -487,12 +495,77 @@ func TestPolicySync(t *testing.T) {
 	})
 }
 
+// ocmAPI is the directory of the open-cluster-management.io/api module
+// that hack/ocm-crds pins, in the module cache (downloaded if need be): its
+// CRDs are those of a real OCM hub, not copies kept here.
+func ocmAPI(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", "open-cluster-management.io/api")
+	cmd.Dir = filepath.Join(policybuild.RepoRootForTest(t), "hack", "ocm-crds")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.Output()
+	var module struct{ Dir, Error string }
+	if jsonErr := json.Unmarshal(out, &module); err != nil || jsonErr != nil || module.Error != "" || module.Dir == "" {
+		t.Fatalf("finding open-cluster-management.io/api in the module cache: %v %s %s", err, module.Error, out)
+	}
+	return module.Dir
+}
+
+// ocmWorkAgent returns OCM's work agent, from WARDEN_OCM_WORK_AGENT
+// (hack/cluster-test.sh sets it) or built by hack/ocm-work-agent.sh.
+func ocmWorkAgent(t *testing.T) string {
+	t.Helper()
+	if bin := os.Getenv("WARDEN_OCM_WORK_AGENT"); bin != "" {
+		return bin
+	}
+	cmd := exec.Command("hack/ocm-work-agent.sh")
+	cmd.Dir = policybuild.RepoRootForTest(t)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("building OCM's work agent: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+// runWorkAgent runs OCM's work agent for the managed cluster name: it
+// applies the ManifestWorks of the hub namespace name to spoke and reports
+// on them, reading status feedback every second. It is stopped when the
+// test ends, and its output logged if the test failed.
+func runWorkAgent(t *testing.T, bin, name string, hub, spoke *clustertest.Cluster) {
+	t.Helper()
+	dir := t.TempDir()
+	hubKubeconfig, spokeKubeconfig := filepath.Join(dir, "hub.kubeconfig"), filepath.Join(dir, "spoke.kubeconfig")
+	for path, cfg := range map[string]*rest.Config{hubKubeconfig: hub.Config, spokeKubeconfig: spoke.Config} {
+		if err := os.WriteFile(path, kubeconfig(t, cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs logtest.Buffer
+	cmd := exec.Command(bin, "--hub-kubeconfig", hubKubeconfig, "--spoke-kubeconfig", spokeKubeconfig,
+		"--cluster-name", name, "--status-sync-interval", "1s")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("work agent of %s:\n%s", name, logs.String())
+		}
+	})
+}
+
 // TestPolicySyncOCM syncs through Open Cluster Management: a ManifestWork
-// per cluster, in the cluster's namespace on the hub. No OCM work agent
-// runs here: the test stands in for it by writing the ManifestWork's
-// status as the agent does, and the ManifestWork CRD is a stand-in too
-// (see testdata/ocm).
+// per cluster, in the cluster's namespace on the hub. The hub has the CRDs
+// of open-cluster-management.io/api (hack/ocm-crds), and OCM's own work
+// agent (hack/ocm-work-agent) applies the ManifestWork of edge-1 in a spoke
+// API server and reports the feedback. edge-2 is not a ManagedCluster.
 func TestPolicySyncOCM(t *testing.T) {
+	api, agent := ocmAPI(t), ocmWorkAgent(t)
 	scheme, err := policysync.Scheme()
 	if err != nil {
 		t.Fatal(err)
@@ -500,20 +573,36 @@ func TestPolicySyncOCM(t *testing.T) {
 	if err := policiesv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	hub := clustertest.Start(t, clustertest.WithScheme(scheme),
-		clustertest.WithCRDDirectory("../../config/crd/bases", "testdata/ocm"))
+	hub := clustertest.Start(t, clustertest.WithScheme(scheme), clustertest.WithCRDDirectory("../../config/crd/bases",
+		filepath.Join(api, "work", "v1"), filepath.Join(api, "cluster", "v1"),
+		filepath.Join(api, "cluster", "v1beta1"), filepath.Join(api, "cluster", "v1beta2")))
+	// The spoke has the AppliedManifestWork CRD the agent records its work in.
+	spoke := clustertest.Start(t, clustertest.WithScheme(scheme),
+		clustertest.WithCRDDirectory("../../config/crd/bases", filepath.Join(api, "work", "v1")))
 	ctx := t.Context()
 	mustCreate(t, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: syncNamespace}})
+	// What OCM's registration makes on the hub for an accepted cluster.
 	mustCreate(t, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "edge-1"}})
-	mustCreate(t, hub.Client, syncedPolicy("baseline", map[string]string{"sync": "true"}, policiesv1.PolicyModeProtect))
-	startSyncer(t, hub)
+	mustCreate(t, hub.Client, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+		"metadata": map[string]any{"name": "edge-1"},
+		"spec":     map[string]any{"hubAcceptsClient": true},
+	}})
+	runWorkAgent(t, agent, "edge-1", hub, spoke)
+
+	syncLabel := map[string]string{"sync": "true"}
+	mustCreate(t, hub.Client, syncedPolicy("baseline", syncLabel, policiesv1.PolicyModeMonitor))
+	syncerLogs := startSyncer(t, hub)
 	mustCreate(t, hub.Client, &syncv1alpha1.PolicySync{
 		ObjectMeta: metav1.ObjectMeta{Name: "fleet"},
 		Spec: syncv1alpha1.PolicySyncSpec{
 			PoliciesToSync: []syncv1alpha1.GroupVersionResource{{Group: capGVR.Group, Version: "v1", Resource: capGVR.Resource}},
-			Selector:       &metav1.LabelSelector{MatchLabels: map[string]string{"sync": "true"}},
+			Selector:       &metav1.LabelSelector{MatchLabels: syncLabel},
 			Placement:      &syncv1alpha1.Placement{ClusterNames: []string{"edge-1", "edge-2"}},
-			StatusFeedback: []syncv1alpha1.StatusFeedback{{Name: "policyStatus", JSONPath: ".status.policyStatus"}},
+			StatusFeedback: []syncv1alpha1.StatusFeedback{
+				{Name: "policyStatus", JSONPath: ".status.policyStatus"},
+				{Name: "mode", JSONPath: "{.spec.mode}"},
+			},
 		},
 	})
 
@@ -545,69 +634,139 @@ func TestPolicySyncOCM(t *testing.T) {
 	configs, _, _ := unstructured.NestedSlice(w.Object, "spec", "manifestConfigs")
 	wantConfig := []any{map[string]any{
 		"resourceIdentifier": map[string]any{"group": capGVR.Group, "resource": capGVR.Resource, "name": "baseline", "namespace": ""},
-		"updateStrategy":     map[string]any{"type": "ServerSideApply", "serverSideApply": map[string]any{"fieldManager": "warden-policy-syncer", "force": false}},
-		"feedbackRules":      []any{map[string]any{"type": "JSONPaths", "jsonPaths": []any{map[string]any{"name": "policyStatus", "path": ".status.policyStatus"}}}},
+		"updateStrategy": map[string]any{"type": "ServerSideApply",
+			"serverSideApply": map[string]any{"fieldManager": "work-agent-warden-policy-syncer", "force": false}},
+		"feedbackRules": []any{map[string]any{"type": "JSONPaths", "jsonPaths": []any{
+			map[string]any{"name": "policyStatus", "path": ".status.policyStatus"},
+			map[string]any{"name": "mode", "path": ".spec.mode"},
+		}}},
 	}}
 	if !reflect.DeepEqual(configs, wantConfig) {
 		t.Errorf("manifestConfigs %v, want %v", configs, wantConfig)
 	}
-	eventually(t, "edge-1 waits for its agent and edge-2 has no namespace", func() bool {
-		ps := policySync(t, hub.Client, "fleet")
-		e1, e2 := clusterStatus(ps, "edge-1"), clusterStatus(ps, "edge-2")
-		return e1 != nil && e2 != nil && !e1.Reachable && !e2.Reachable &&
-			e1.Message == "the work agent of edge-1 has not reported on ManifestWork policysync-fleet yet" &&
-			e2.Message == "the hub has no namespace edge-2: is edge-2 a ManagedCluster?"
+	// dryRunWork says whether the hub would take a ManifestWork of spec.
+	dryRunWork := func(spec map[string]any) error {
+		u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+		u.SetGroupVersionKind(workGVK)
+		u.SetNamespace("edge-1")
+		u.SetName("probe")
+		return hub.Client.Create(ctx, u, client.DryRunAll)
+	}
+	// The hub validates ManifestWorks with OCM's schema, which takes the
+	// agent's field manager only under work-agent.
+	spec := w.DeepCopy().Object["spec"].(map[string]any)
+	_ = unstructured.SetNestedField(configs[0].(map[string]any), "warden-policy-syncer", "updateStrategy", "serverSideApply", "fieldManager")
+	spec["manifestConfigs"] = configs
+	if err := dryRunWork(spec); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "work-agent") {
+		t.Errorf("a field manager outside work-agent: %v, want it refused by the ManifestWork schema", err)
+	}
+	eventually(t, "edge-2 has no namespace", func() bool {
+		e2 := clusterStatus(policySync(t, hub.Client, "fleet"), "edge-2")
+		return e2 != nil && !e2.Reachable && e2.Message == "the hub has no namespace edge-2: is edge-2 a ManagedCluster?"
 	})
 
-	// agentReports writes the status OCM's work agent writes once it has
-	// applied the ManifestWork's current generation.
-	agentReports := func(policyStatus string) {
-		w := work()
-		status := map[string]any{
-			"conditions": []any{map[string]any{"type": "Applied", "status": "True", "reason": "AppliedManifestWorkComplete",
-				"observedGeneration": w.GetGeneration(), "lastTransitionTime": "2026-11-25T00:00:00Z", "message": "Apply manifest work complete"}},
-			"resourceStatus": map[string]any{"manifests": []any{map[string]any{
-				"resourceMeta": map[string]any{"ordinal": int64(0), "group": capGVR.Group, "version": "v1", "kind": "ClusterAdmissionPolicy",
-					"resource": capGVR.Resource, "name": "baseline", "namespace": ""},
-				"conditions": []any{map[string]any{"type": "Applied", "status": "True", "reason": "AppliedManifestComplete",
-					"lastTransitionTime": "2026-11-25T00:00:00Z", "message": "Apply manifest complete"}},
-				"statusFeedback": map[string]any{"values": []any{map[string]any{"name": "policyStatus",
-					"fieldValue": map[string]any{"type": "String", "string": policyStatus}}}},
-			}}},
-		}
-		w.Object["status"] = status
-		if err := hub.Client.Status().Update(ctx, w); err != nil {
-			t.Fatal(err)
-		}
+	fleet := policySync(t, hub.Client, "fleet")
+	fleet.Spec.Placement.ClusterNames = []string{"edge-1"}
+	if err := hub.Client.Update(ctx, fleet); err != nil {
+		t.Fatal(err)
 	}
-	agentReports("active")
-	eventually(t, "edge-1's feedback is in the status", func() bool {
+
+	t.Log("the work agent applies the copy in the spoke and reports it")
+	eventually(t, "the spoke holds the copy", func() bool { return object(t, spoke.Client, capGVR, "", "baseline") != nil })
+	assertCopy(t, spoke.Client, capGVR, hubBaseline, "fleet")
+	if managers := object(t, spoke.Client, capGVR, "", "baseline").GetManagedFields(); len(managers) == 0 || managers[0].Manager != "work-agent-warden-policy-syncer" {
+		t.Errorf("the copy's field managers %+v, want work-agent-warden-policy-syncer", managers)
+	}
+	eventually(t, "edge-1 is synced, with the feedback the agent read", func() bool {
 		cs := clusterStatus(policySync(t, hub.Client, "fleet"), "edge-1")
 		o := objectStatusOf(cs, capGVR, "", "baseline")
-		return cs.Reachable && o != nil && o.Synced && o.HubGeneration == 1 && reflect.DeepEqual(o.Feedback, map[string]string{"policyStatus": "active"})
+		return cs.Reachable && o != nil && o.Synced && o.HubGeneration == 1 && reflect.DeepEqual(o.Feedback, map[string]string{"mode": "monitor"})
+	})
+	// Stands in for the spoke's controller, which is not running here.
+	p := get(t, spoke.Client, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "baseline"}})
+	p.SetStatus(policiesv1.PolicyStatusActive)
+	if err := spoke.Client.Status().Update(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the copy's status reaches the PolicySync through the ManifestWork", func() bool {
+		o := objectStatusOf(clusterStatus(policySync(t, hub.Client, "fleet"), "edge-1"), capGVR, "", "baseline")
+		return o != nil && o.Synced && reflect.DeepEqual(o.Feedback, map[string]string{"policyStatus": "active", "mode": "monitor"})
 	})
 
-	t.Log("an update is not synced until the agent applies the new generation")
+	t.Log("an update reaches the spoke through the agent")
 	baseline := get(t, hub.Client, &policiesv1.ClusterAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "baseline"}})
-	baseline.Spec.Module = "registry://example.com/updated:v2"
+	baseline.Spec.Mode = policiesv1.PolicyModeProtect
 	if err := hub.Client.Update(ctx, baseline); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the ManifestWork holds the update, not applied yet", func() bool {
+	eventually(t, "the update is applied and synced", func() bool {
 		o := objectStatusOf(clusterStatus(policySync(t, hub.Client, "fleet"), "edge-1"), capGVR, "", "baseline")
-		return o != nil && o.HubGeneration == 2 && !o.Synced && o.Message == "not applied by the work agent yet"
+		return o != nil && o.HubGeneration == 2 && o.Synced && o.Feedback["mode"] == "protect"
 	})
-	agentReports("pending")
-	eventually(t, "the update is synced", func() bool {
-		o := objectStatusOf(clusterStatus(policySync(t, hub.Client, "fleet"), "edge-1"), capGVR, "", "baseline")
-		return o != nil && o.HubGeneration == 2 && o.Synced && o.Feedback["policyStatus"] == "pending"
+	eventually(t, "Ready is True", func() bool { return readyReason(policySync(t, hub.Client, "fleet")) == "True/Synced" })
+	assertCopy(t, spoke.Client, capGVR, object(t, hub.Client, capGVR, "", "baseline"), "fleet")
+
+	t.Log("a ManifestWork the hub refuses is reported, and written once the hub takes it")
+	// Stands in for a hub admission rule such as OCM's webhook, which
+	// refuses ManifestWorks whose manifests are over 500 KiB in all.
+	mustCreate(t, hub.Client, &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "one-manifest"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{workGVK.Group}, APIVersions: []string{"v1"},
+						Resources: []string{"manifestworks"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "object.spec.workload.manifests.size() <= 1",
+				Message:    "this hub takes one manifest per ManifestWork",
+			}},
+		},
+	})
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "one-manifest"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "one-manifest",
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	mustCreate(t, hub.Client, binding)
+	if err := dryRunWork(map[string]any{"workload": map[string]any{"manifests": []any{m, m}}}); err != nil {
+		t.Fatalf("a ManifestWork of two manifests, before the policy: %v", err)
+	}
+	eventually(t, "the hub refuses a ManifestWork of two manifests", func() bool {
+		err := dryRunWork(map[string]any{"workload": map[string]any{"manifests": []any{m, m}}})
+		return err != nil && strings.Contains(err.Error(), "this hub takes one manifest per ManifestWork")
+	})
+	mustCreate(t, hub.Client, syncedPolicy("second", syncLabel, policiesv1.PolicyModeProtect))
+	const refused = "the hub refused the ManifestWork edge-1/policysync-fleet: "
+	eventually(t, "edge-1 reports the refusal", func() bool {
+		ps := policySync(t, hub.Client, "fleet")
+		cs := clusterStatus(ps, "edge-1")
+		o := objectStatusOf(cs, capGVR, "", "second")
+		return cs.Reachable && strings.HasPrefix(cs.Message, refused) && strings.Contains(cs.Message, "this hub takes one manifest per ManifestWork") &&
+			o != nil && !o.Synced && readyReason(ps) == "False/SyncFailed"
+	})
+	if !strings.Contains(syncerLogs.String(), `level=ERROR msg="the hub refused the ManifestWork"`) {
+		t.Errorf("the refusal was not logged as an error:\n%s", syncerLogs.String())
+	}
+	if err := hub.Client.Delete(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the ManifestWork is written and applied", func() bool {
+		cs := clusterStatus(policySync(t, hub.Client, "fleet"), "edge-1")
+		o := objectStatusOf(cs, capGVR, "", "second")
+		return cs.Reachable && cs.Message == "" && o != nil && o.Synced && object(t, spoke.Client, capGVR, "", "second") != nil
 	})
 
-	t.Log("deleting the PolicySync deletes its ManifestWork")
+	t.Log("deleting the PolicySync deletes its ManifestWork, and the agent the copies")
 	if err := hub.Client.Delete(ctx, &syncv1alpha1.PolicySync{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the ManifestWork is deleted", func() bool { return work() == nil })
+	eventually(t, "the ManifestWork and the copies are deleted", func() bool {
+		return work() == nil && object(t, spoke.Client, capGVR, "", "baseline") == nil && object(t, spoke.Client, capGVR, "", "second") == nil
+	})
 }
 
 // TestPolicySyncChartRBAC runs the syncer with exactly the permissions the
