@@ -9,6 +9,7 @@
 #   hack/local-cluster.sh load-images PATH  import what `go run ./hack/image -out PATH`
 #                                           wrote (a .tar or an OCI layout directory)
 #   hack/local-cluster.sh smoke             pods, a Service by ClusterIP and DNS name
+#   hack/local-cluster.sh recycle-volumes   empty the released volumes and make them available
 #   hack/local-cluster.sh status            what runs, with its memory
 #   hack/local-cluster.sh env               export lines: KUBECONFIG, PATH with kubectl
 #   hack/local-cluster.sh kubectl ARGS...   kubectl with the admin kubeconfig
@@ -31,6 +32,9 @@
 #   WARDEN_LOCAL_CLUSTER_DIR           state [/var/lib/warden-local-cluster]
 #   WARDEN_LOCAL_CLUSTER_RUN_DIR       runtime state, sockets [/run/warden-local-cluster]
 #   WARDEN_LOCAL_CLUSTER_TIMEOUT       seconds up waits for each step [180]
+#   WARDEN_LOCAL_CLUSTER_VOLUMES       hostPath PersistentVolumes of the default
+#                                      StorageClass warden-local [16]
+#   WARDEN_LOCAL_CLUSTER_VOLUME_SIZE   the capacity of each [10Gi]
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -41,6 +45,8 @@ service_cidr="${WARDEN_LOCAL_CLUSTER_SERVICE_CIDR:-198.18.128.0/20}"
 dir="${WARDEN_LOCAL_CLUSTER_DIR:-/var/lib/warden-local-cluster}"
 run="${WARDEN_LOCAL_CLUSTER_RUN_DIR:-/run/warden-local-cluster}"
 timeout="${WARDEN_LOCAL_CLUSTER_TIMEOUT:-180}"
+volumes="${WARDEN_LOCAL_CLUSTER_VOLUMES:-16}"
+volume_size="${WARDEN_LOCAL_CLUSTER_VOLUME_SIZE:-10Gi}"
 
 case "$dir/$run/" in
 */warden*/*/warden*/*) ;;
@@ -743,6 +749,41 @@ $cluster_domain:53 in-addr.arpa:53 ip6.arpa:53 {
     }
 }
 EOF
+	# Storage: no provisioner would give a non-root pod a writable volume
+	# (the controller manager's hostPath provisioner makes root-owned 0750
+	# directories), so up makes a pool of hostPath volumes of a default
+	# StorageClass: world-writable directories under volumes/, deleted by
+	# down. A claim takes a free one; a released one is not reused.
+	mkdir -p "$dir/volumes"
+	: >"$dir/volumes.yaml"
+	cat >>"$dir/volumes.yaml" <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: warden-local
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: kubernetes.io/no-provisioner
+reclaimPolicy: Retain
+volumeBindingMode: Immediate
+EOF
+	local i
+	for ((i = 1; i <= volumes; i++)); do
+		mkdir -m 1777 "$dir/volumes/pv-$i"
+		cat >>"$dir/volumes.yaml" <<EOF
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: warden-local-pv-$i
+spec:
+  storageClassName: warden-local
+  capacity: {storage: ${volume_size}}
+  accessModes: [ReadWriteOnce, ReadWriteMany]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: $dir/volumes/pv-$i, type: Directory}
+EOF
+	done
 	cat >"$dir/coredns-rbac.yaml" <<EOF
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -915,6 +956,7 @@ cmd_up() {
 	import_archive "$dir/images/probe.tar" >/dev/null
 	wait_for "the API server" kubectl get --raw /readyz
 	kubectl apply -f "$dir/coredns-rbac.yaml" >&2
+	kubectl apply -f "$dir/volumes.yaml" >/dev/null
 
 	start kube-controller-manager "$bins/kube-controller-manager" \
 		--kubeconfig "$dir/controller-manager.kubeconfig" \
@@ -1232,6 +1274,24 @@ cmd_status() {
 	return $state
 }
 
+# recycle_volumes makes the volumes of the pool that a deleted claim
+# released available again, emptied.
+recycle_volumes() {
+	local name path n=0
+	while read -r name path; do
+		[[ $name == warden-local-pv-* && $path == "$dir/volumes/"* && -d $path ]] || continue
+		find "$path" -mindepth 1 -delete
+		kubectl patch pv "$name" --type json -p '[{"op": "remove", "path": "/spec/claimRef"}]' >/dev/null
+		n=$((n + 1))
+	done < <(kubectl get pv -o jsonpath='{range .items[?(@.status.phase=="Released")]}{.metadata.name}{" "}{.spec.hostPath.path}{"\n"}{end}' || true)
+	log "recycled $n released volumes"
+}
+
+cmd_recycle_volumes() {
+	load_env && [[ -f $dir/up ]] || die "the cluster is not up"
+	recycle_volumes
+}
+
 # cmd_smoke checks, in a namespace of its own that it deletes, that pods
 # start from the imported images, that a Service reaches them by ClusterIP
 # from the host and by DNS name from another pod, that the pods resolve
@@ -1280,6 +1340,19 @@ spec:
           allowPrivilegeEscalation: false
           readOnlyRootFilesystem: true
           capabilities: {drop: [ALL]}
+        volumeMounts: [{name: shared, mountPath: /shared}]
+      volumes:
+      - name: shared
+        persistentVolumeClaim: {claimName: shared}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: shared
+spec:
+  accessModes: [ReadWriteMany]
+  resources:
+    requests: {storage: 1Gi}
 ---
 apiVersion: v1
 kind: Service
@@ -1322,6 +1395,15 @@ EOF
 		log "pod -> echo (search path): no answer"
 		ok=false
 	fi
+	local pods
+	read -r -a pods <<<"$(kubectl get pods -n "$ns" -l app=echo -o jsonpath='{.items[*].metadata.name}')"
+	if $ok && kubectl exec -n "$ns" "${pods[0]}" -- /probe write /shared/smoke "from ${pods[0]}" &&
+		out="$(kubectl exec -n "$ns" "${pods[1]}" -- /probe cat /shared/smoke)" && [[ $out == "from ${pods[0]}" ]]; then
+		log "a ReadWriteMany claim of the default StorageClass, shared by two non-root pods: ${pods[1]} read what ${pods[0]} wrote"
+	elif $ok; then
+		log "the shared claim: ${pods[1]} did not read what ${pods[0]} wrote"
+		ok=false
+	fi
 	if $ok && out="$(kubectl exec -n "$ns" client -- /probe lookup -timeout 2s example.com 2>&1)"; then
 		log "pod resolved example.com: $out"
 		ok=false
@@ -1329,8 +1411,13 @@ EOF
 		log "pod -> example.com: does not resolve, as it should not"
 	fi
 	if ! $ok; then
-		kubectl get -n "$ns" pods,endpoints,events -o wide >&2 || true
+		kubectl get -n "$ns" pods,endpoints,pvc,events -o wide >&2 || true
 	fi
+	# The claim goes first, so that its volume is released and recycled;
+	# the namespace then goes in the background.
+	kubectl delete -n "$ns" deployment,pod,pvc --all --grace-period=1 --timeout=60s >/dev/null ||
+		log "the smoke test's pods and claim are not gone after 60s"
+	recycle_volumes
 	kubectl delete namespace "$ns" --wait=false >/dev/null
 	$ok || die "smoke test failed after $((SECONDS - start))s"
 	log "smoke test passed in $((SECONDS - start))s"
@@ -1374,5 +1461,6 @@ kubectl)
 	;;
 check-clean) cmd_check_clean ;;
 smoke) cmd_smoke ;;
+recycle-volumes) cmd_recycle_volumes ;;
 *) usage ;;
 esac

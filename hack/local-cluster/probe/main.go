@@ -7,6 +7,8 @@
 //	probe lookup [-server HOST:PORT] [-timeout 30s] NAME
 //	                                    resolve NAME until it resolves, print its addresses
 //	probe sleep                         wait for SIGINT or SIGTERM (a pod to exec into)
+//	probe write FILE TEXT               write TEXT and a newline to FILE
+//	probe cat FILE                      print FILE
 //
 // get and lookup retry every half second until their timeout, then exit 1
 // with the last error; a bad command line exits 2.
@@ -32,7 +34,9 @@ const usage = `usage:
   probe serve [-addr :8080]
   probe get [-timeout 30s] URL
   probe lookup [-server HOST:PORT] [-timeout 30s] NAME
-  probe sleep`
+  probe sleep
+  probe write FILE TEXT
+  probe cat FILE`
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -64,6 +68,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = retry(ctx, *timeout, func(ctx context.Context) error { return lookup(ctx, *server, fs.Arg(0), stdout) })
 	case cmd == "sleep" && fs.NArg() == 0:
 		<-ctx.Done()
+	case cmd == "write" && fs.NArg() == 2:
+		err = os.WriteFile(fs.Arg(0), []byte(fs.Arg(1)+"\n"), 0o644)
+	case cmd == "cat" && fs.NArg() == 1:
+		var data []byte
+		if data, err = os.ReadFile(fs.Arg(0)); err == nil {
+			_, err = stdout.Write(data)
+		}
 	default:
 		fmt.Fprintln(stderr, usage)
 		return 2
