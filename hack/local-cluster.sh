@@ -1383,6 +1383,14 @@ EOF
 		log "host -> ClusterIP $ip: no answer"
 		ok=false
 	fi
+	# The API server's service proxy picks an endpoint of the Service, as it
+	# does for a webhook with --enable-aggregator-routing.
+	if $ok && out="$(kubectl get --raw "/api/v1/namespaces/$ns/services/http:echo:80/proxy/")"; then
+		log "API server -> Service echo's endpoints: answered by $out"
+	else
+		log "API server -> Service echo's endpoints: no answer"
+		ok=false
+	fi
 	if $ok && out="$(kubectl exec -n "$ns" client -- /probe get -timeout 20s "http://echo.$ns.svc.$cluster_domain/")"; then
 		log "pod -> echo.$ns.svc.$cluster_domain: answered by $out"
 	else
