@@ -215,20 +215,24 @@ func (u *uninstaller) deleteAndWait(ctx context.Context, gvks []schema.GroupVers
 }
 
 // waitGone waits until no object of gvks is left. When ctx ends first, it
-// returns those it saw last.
+// returns those it saw last. A failed list is tried again at the next poll
+// (an API server may be briefly unreachable, or the client throttled); the
+// last such error comes with ctx's.
 func (u *uninstaller) waitGone(ctx context.Context, gvks []schema.GroupVersionKind) ([]*metav1.PartialObjectMetadata, error) {
 	var left []*metav1.PartialObjectMetadata
+	var listErr error
 	err := wait.PollUntilContextCancel(ctx, uninstallPoll, true, func(ctx context.Context) (bool, error) {
 		objs, err := u.list(ctx, gvks, "", nil)
 		if err != nil {
-			if ctx.Err() != nil {
-				return false, nil // the poll reports the deadline
-			}
-			return false, err
+			listErr = err
+			return false, nil
 		}
-		left = objs
+		left, listErr = objs, nil
 		return len(objs) == 0, nil
 	})
+	if err != nil && listErr != nil {
+		err = fmt.Errorf("%w (the last list: %w)", err, listErr)
+	}
 	return left, err
 }
 
@@ -431,6 +435,9 @@ func UninstallMain(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return 1
 	}
+	// Each poll lists seven kinds: client-go's default of 5 requests a
+	// second would throttle the uninstall itself.
+	cfg.QPS, cfg.Burst = 50, 100
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		fmt.Fprintf(stderr, "Error: creating a client: %v\n", err)
