@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // RESTConfig loads the Kubernetes client configuration of a --kubeconfig
@@ -34,6 +36,10 @@ type Starter interface {
 // 1 after an error, which it prints on stderr.
 func RunManager(ctx context.Context, stderr io.Writer, kubeconfig string, newManager func(*rest.Config, *slog.Logger) (Starter, error)) int {
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	// controller-runtime logs outside the manager too (its clients and
+	// caches), through a global logger that, unset, prints a goroutine
+	// stack saying it never was.
+	ctrllog.SetLogger(logr.FromSlogHandler(logger.Handler()))
 	cfg, err := RESTConfig(kubeconfig)
 	if err == nil {
 		var mgr Starter
