@@ -387,7 +387,7 @@ func (k *Kubernetes) list(ctx context.Context, apiVersion, kind string, namespac
 		// reflector now, as Kubewarden starts its reflectors on first use.
 		t, err := k.reflectors.Start(m.Resource)
 		if err == nil {
-			err = t.WaitSynced(ctx)
+			err = k.reflectors.WaitSynced(ctx, m.Resource)
 		}
 		if err != nil {
 			return nil, err

@@ -183,11 +183,54 @@ func (r *Reflectors) Settled() bool {
 		rf.mu.Lock()
 		err := rf.listErr
 		rf.mu.Unlock()
-		if !apierrors.IsForbidden(err) && !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) {
+		if !refused(err) {
 			return false
 		}
 	}
 	return true
+}
+
+// refused reports whether err is the API server's refusal of a list, which
+// trying again will not change soon: the resource is gone, or the policy
+// server may not list it.
+func refused(err error) bool {
+	return apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err)
+}
+
+// refusedPoll is how often WaitSynced looks whether the list was refused.
+const refusedPoll = 50 * time.Millisecond
+
+// WaitSynced waits until the table of gvr's reflector (Start) holds a full
+// list, or ctx is done. When the API server refuses the reflector's list
+// (refused), it returns that error at once: a request waiting now would
+// otherwise wait out its policy's time limit, and answer only that.
+func (r *Reflectors) WaitSynced(ctx context.Context, gvr schema.GroupVersionResource) error {
+	r.mu.Lock()
+	rf, ok := r.reflected[gvr]
+	r.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("no reflector of %s runs", gvr)
+	}
+	if rf.table.HasSynced() {
+		return nil
+	}
+	tick := time.NewTicker(refusedPoll)
+	defer tick.Stop()
+	for {
+		rf.mu.Lock()
+		err := rf.listErr
+		rf.mu.Unlock()
+		if refused(err) {
+			return fmt.Errorf("listing %s: %w", gvr.Resource, err)
+		}
+		select {
+		case <-rf.table.synced:
+			return nil
+		case <-ctx.Done():
+			return rf.table.WaitSynced(ctx)
+		case <-tick.C:
+		}
+	}
 }
 
 // Retain stops the reflectors of the resources keep rejects, waits for

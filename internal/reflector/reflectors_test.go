@@ -1,6 +1,8 @@
 package reflector
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -257,6 +259,53 @@ func TestSettled(t *testing.T) {
 	waitForRequest(t, failing, "list ")
 	if r2.Settled() {
 		t.Errorf("a list that failed with a server error is settled; requests: %s", failing.requested())
+	}
+}
+
+// TestWaitSyncedRefused: a request waiting for a reflector whose list the
+// API server refuses (forbidden) gets the refusal, not a wait until its own
+// deadline; one whose list failed otherwise waits for the next.
+func TestWaitSyncedRefused(t *testing.T) {
+	forbidden := func(w http.ResponseWriter, _ *http.Request) {
+		status(w, http.StatusForbidden, "Forbidden", `configmaps is forbidden: User "warden" cannot list resource "configmaps"`)
+	}
+	f := &fakeAPIServer{t: t, lists: []func(http.ResponseWriter, *http.Request){forbidden, forbidden, forbidden, forbidden}}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	r, err := New(openStore(t, filepath.Join(t.TempDir(), "reflectors.db")), &rest.Config{Host: srv.URL}, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	if _, err := r.Start(configMaps); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err = r.WaitSynced(ctx, configMaps)
+	if err == nil || !strings.Contains(err.Error(), "configmaps is forbidden") || ctx.Err() != nil {
+		t.Errorf("WaitSynced = %v (ctx: %v), want the refusal", err, ctx.Err())
+	}
+
+	failing := &fakeAPIServer{t: t}
+	srv2 := httptest.NewServer(failing)
+	t.Cleanup(srv2.Close)
+	r2, err := New(openStore(t, filepath.Join(t.TempDir(), "other.db")), &rest.Config{Host: srv2.URL}, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r2.Stop)
+	if _, err := r2.Start(configMaps); err != nil {
+		t.Fatal(err)
+	}
+	waitForRequest(t, failing, "list ")
+	short, cancel2 := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel2()
+	if err := r2.WaitSynced(short, configMaps); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitSynced after a server error = %v, want the wait to last until the context's deadline", err)
+	}
+	if err := r2.WaitSynced(t.Context(), schema.GroupVersionResource{Version: "v1", Resource: "pods"}); err == nil {
+		t.Error("WaitSynced of a resource no reflector reads: no error")
 	}
 }
 
