@@ -45,6 +45,9 @@ type wantRelease struct {
 	// reportCRDs are the report CRDs the chart installs, by file name in
 	// config/crd/reports.
 	reportCRDs []string
+	// contextAwareRules are the rules of the policy servers' ClusterRole for
+	// context-aware policies; nil when the chart must render none.
+	contextAwareRules []rbacv1.PolicyRule
 	// uninstallArgs are the arguments of the pre-delete hook's container;
 	// nil when the chart must render no hook.
 	uninstallArgs []string
@@ -103,7 +106,8 @@ var renderTests = []struct {
 				args:                 scannerArgs("warden-system", "openreports"),
 				bindView:             true,
 			},
-			reportCRDs: allReportCRDs,
+			reportCRDs:        allReportCRDs,
+			contextAwareRules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"get", "list", "watch"}}},
 			uninstallArgs: []string{"uninstall", "--deployments-namespace=warden-system", "--controller-deployment=warden-controller",
 				"--audit-scanner-client-cert-secret-name=kubewarden-audit-scanner-client-cert", "--grace-period=60s", "--timeout=4m"},
 		},
@@ -149,6 +153,10 @@ policyServer:
     create: true
     size: 5Gi
     storageClassName: nfs
+  contextAwareRules:
+    - apiGroups: [""]
+      resources: [configmaps, namespaces]
+      verbs: [get, list, watch]
 reportCRDs:
   openReports: false
 uninstall:
@@ -209,7 +217,8 @@ auditScanner:
 					"--output-scan", "--ignore-namespaces=kube-system", "--ignore-namespaces=monitoring", "--metrics-file=/tmp/audit.prom"),
 				extraRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "secrets"}, Verbs: []string{"get", "list", "watch"}}},
 			},
-			reportCRDs: []string{"wgpolicyk8s.io_clusterpolicyreports.yaml", "wgpolicyk8s.io_policyreports.yaml"},
+			reportCRDs:        []string{"wgpolicyk8s.io_clusterpolicyreports.yaml", "wgpolicyk8s.io_policyreports.yaml"},
+			contextAwareRules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps", "namespaces"}, Verbs: []string{"get", "list", "watch"}}},
 			uninstallArgs: []string{"uninstall", "--deployments-namespace=admission", "--controller-deployment=prod-warden-controller",
 				"--audit-scanner-client-cert-secret-name=scanner-cert", "--grace-period=30s", "--timeout=2m30s"},
 		},
@@ -224,6 +233,7 @@ controller:
   podLabels: null
 policyServer:
   enabled: false
+  contextAwareRules: []
 auditScanner:
   enabled: false
 reportCRDs:
@@ -289,13 +299,24 @@ func TestRender(t *testing.T) {
 			if w.uninstallArgs != nil {
 				roles++
 			}
-			switch {
-			case s == nil:
-				wantKinds = append(wantKinds, "ClusterRole", "ClusterRoleBinding")
-			case s.bindView:
-				wantKinds = append(wantKinds, "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ClusterRoleBinding")
-			default:
-				wantKinds = append(wantKinds, "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding")
+			// ClusterRoles: the controller's, the audit scanner's and the
+			// policy servers' for context-aware policies; the bindings of
+			// each, and the audit scanner's of view.
+			clusterRoles, clusterBindings := 1, 1
+			if s != nil {
+				clusterRoles, clusterBindings = clusterRoles+1, clusterBindings+1
+				if s.bindView {
+					clusterBindings++
+				}
+			}
+			if w.contextAwareRules != nil {
+				clusterRoles, clusterBindings = clusterRoles+1, clusterBindings+1
+			}
+			for range clusterRoles {
+				wantKinds = append(wantKinds, "ClusterRole")
+			}
+			for range clusterBindings {
+				wantKinds = append(wantKinds, "ClusterRoleBinding")
 			}
 			for range roles {
 				wantKinds = append(wantKinds, "Role")
@@ -314,6 +335,7 @@ func TestRender(t *testing.T) {
 				t.Fatalf("rendered kinds = %v, want %v", got, wantKinds)
 			}
 			checkUninstallHook(t, r, tc.rel, controller, w)
+			checkContextAwareRBAC(t, r, tc.rel, w)
 
 			for _, o := range r.objects {
 				checkMetadata(t, o, tc.rel)
@@ -595,6 +617,26 @@ func checkUninstallHook(t *testing.T, r *rendered, rel release, controller strin
 	wantSubjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: w.serviceAccount, Namespace: rel.namespace}}
 	if binding.RoleRef.Name != name || !slices.Equal(binding.Subjects, wantSubjects) {
 		t.Errorf("uninstall RoleBinding: roleRef %+v, subjects %+v", binding.RoleRef, binding.Subjects)
+	}
+}
+
+// checkContextAwareRBAC checks the policy servers' ClusterRole for
+// context-aware policies and its binding to the release namespace's
+// ServiceAccounts.
+func checkContextAwareRBAC(t *testing.T, r *rendered, rel release, w wantRelease) {
+	t.Helper()
+	if w.contextAwareRules == nil {
+		return
+	}
+	name := w.prefix + "-policy-server-context-aware"
+	role := named[*rbacv1.ClusterRole](t, r, "ClusterRole", name)
+	if !equality.Semantic.DeepEqual(role.Rules, w.contextAwareRules) {
+		t.Errorf("%s rules = %+v, want %+v", name, role.Rules, w.contextAwareRules)
+	}
+	binding := named[*rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", name)
+	wantSubjects := []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:" + rel.namespace}}
+	if binding.RoleRef.Name != name || !slices.Equal(binding.Subjects, wantSubjects) {
+		t.Errorf("%s binding: roleRef %+v, subjects %+v", name, binding.RoleRef, binding.Subjects)
 	}
 }
 

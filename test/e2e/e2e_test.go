@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -95,10 +96,15 @@ type suite struct {
 // earlier one it needs has failed. The uninstall steps run last.
 func TestE2E(t *testing.T) {
 	s := newSuite(t)
-	t.Cleanup(func() {
-		if t.Failed() {
+	diagnosed := false
+	diagnose := func() {
+		if t.Failed() && !diagnosed {
+			diagnosed = true
 			s.dumpDiagnostics(t, namespace, registryNamespace, "e2e-protect", "e2e-monitor", "e2e-team", "e2e-context")
 		}
+	}
+	t.Cleanup(func() {
+		diagnose()
 		s.logTimings(t)
 	})
 	steps := []struct {
@@ -122,6 +128,7 @@ func TestE2E(t *testing.T) {
 			break
 		}
 	}
+	diagnose() // while the pods that failed still run
 	// Whatever happened above, the release goes, and must leave nothing.
 	if t.Run("uninstall", s.uninstall) {
 		t.Run("reinstall", s.reinstall)
@@ -261,6 +268,16 @@ func (s *suite) startRegistry(t *testing.T) {
 		return s.c.Get(ctx, client.ObjectKeyFromObject(svc), &d) == nil && d.Status.ReadyReplicas == 1
 	})
 	s.registry = fmt.Sprintf("%s:5000", svc.Spec.ClusterIP)
+	// kube-proxy refuses connections to a Service until it has synced the
+	// Service's endpoints.
+	eventually(t, "the registry answers at its ClusterIP", time.Minute, func() bool {
+		resp, err := http.Get("http://" + s.registry + "/v2/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 
 	// wardenctl reaches the registry at its ClusterIP, through kube-proxy's
 	// rules on this machine.
@@ -709,7 +726,11 @@ func (s *suite) uninstall(t *testing.T) {
 	s.record("helm uninstall", time.Since(start))
 	s.assertNothingLeft(t)
 	// No webhook is left to refuse anything.
-	s.assertAdmitted(t, s.pod("e2e-protect", "privileged-after-uninstall", true))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "e2e-after-uninstall"}}
+	if err := s.c.Create(t.Context(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	s.assertAdmitted(t, s.pod(ns.Name, "privileged-after-uninstall", true))
 }
 
 // reinstall installs the chart again right after the uninstall, checks a
