@@ -122,6 +122,7 @@ func TestE2E(t *testing.T) {
 		{"scaling", s.scaling},
 		{"audit", s.audit},
 		{"upgrade", s.upgrade},
+		{"shared-cache", s.sharedCache},
 	}
 	for _, step := range steps {
 		if !t.Run(step.name, step.run) {
@@ -718,6 +719,49 @@ func (s *suite) upgrade(t *testing.T) {
 	load.check(t, "helm upgrade")
 }
 
+// sharedCache gives the policy servers the chart's shared policy cache, a
+// ReadWriteMany claim of the node's default StorageClass, and two replicas:
+// one compiles each module and stores it, signed, the other copies it
+// (docs/lifecycle.md).
+func (s *suite) sharedCache(t *testing.T) {
+	args := []string{"upgrade", release, s.chartDir, "--namespace", namespace, "--reuse-values", "--wait", "--timeout", "5m",
+		"--set", "policyServer.policyCache.create=true", "--set", "policyServer.replicas=2"}
+	s.helm(t, args...)
+	s.waitPolicyServerReady(t, 2)
+	eventually(t, "one replica stored a compiled module in the shared cache and the other copied it", 3*time.Minute, func() bool {
+		logs := s.policyServerLogs(t)
+		stored, copied := 0, 0
+		for _, l := range logs {
+			if strings.Contains(l, "compiled module stored in the shared cache") {
+				stored++
+			}
+			if strings.Contains(l, "compiled module copied from the shared cache") {
+				copied++
+			}
+		}
+		return stored > 0 && copied > 0
+	})
+	s.assertDenied(t, s.pod("e2e-protect", "privileged", true), "Privileged container is not allowed")
+}
+
+// policyServerLogs returns the logs of each of the default policy server's
+// pods.
+func (s *suite) policyServerLogs(t *testing.T) []string {
+	t.Helper()
+	pods, err := s.kube.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: "kubewarden/policy-server=default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		b, err := s.kube.CoreV1().Pods(namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "policy-server"}).DoRaw(t.Context())
+		if err == nil {
+			out = append(out, string(b))
+		}
+	}
+	return out
+}
+
 // uninstall removes the release with policies of every step present: the
 // pre-delete hook leaves nothing of Warden's but the CRDs.
 func (s *suite) uninstall(t *testing.T) {
@@ -795,6 +839,7 @@ func (s *suite) assertNothingLeft(t *testing.T) {
 	check("Deployments", &appsv1.DeploymentList{}, inNS)
 	check("Pods", &corev1.PodList{}, inNS)
 	check("Leases", &coordinationv1.LeaseList{}, inNS)
+	check("PersistentVolumeClaims", &corev1.PersistentVolumeClaimList{}, inNS)
 	var secrets corev1.SecretList
 	if err := s.c.List(ctx, &secrets, inNS); err != nil {
 		t.Fatal(err)
