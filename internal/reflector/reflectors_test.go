@@ -217,17 +217,8 @@ func TestWatchResumesAfterACut(t *testing.T) {
 // TestSettled: a reflector whose list the API server refuses for good
 // (forbidden) is settled, one that cannot list yet is not.
 func TestSettled(t *testing.T) {
-	forbidden := func(w http.ResponseWriter, _ *http.Request) {
-		status(w, http.StatusForbidden, "Forbidden", `configmaps is forbidden: User "warden" cannot list resource "configmaps"`)
-	}
-	f := &fakeAPIServer{t: t, lists: []func(http.ResponseWriter, *http.Request){forbidden, forbidden, forbidden, forbidden}}
-	srv := httptest.NewServer(f)
-	t.Cleanup(srv.Close)
-	r, err := New(openStore(t, filepath.Join(t.TempDir(), "reflectors.db")), &rest.Config{Host: srv.URL}, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
+	f := forbiddenLists(t)
+	r := newReflectors(t, f)
 	if !r.Settled() {
 		t.Error("no reflector is not settled")
 	}
@@ -246,13 +237,7 @@ func TestSettled(t *testing.T) {
 	}
 	// A list that fails otherwise (a server error) is not settled.
 	failing := &fakeAPIServer{t: t}
-	srv2 := httptest.NewServer(failing)
-	t.Cleanup(srv2.Close)
-	r2, err := New(openStore(t, filepath.Join(t.TempDir(), "other.db")), &rest.Config{Host: srv2.URL}, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r2.Stop)
+	r2 := newReflectors(t, failing)
 	if _, err := r2.Start(configMaps); err != nil {
 		t.Fatal(err)
 	}
@@ -266,35 +251,19 @@ func TestSettled(t *testing.T) {
 // API server refuses (forbidden) gets the refusal, not a wait until its own
 // deadline; one whose list failed otherwise waits for the next.
 func TestWaitSyncedRefused(t *testing.T) {
-	forbidden := func(w http.ResponseWriter, _ *http.Request) {
-		status(w, http.StatusForbidden, "Forbidden", `configmaps is forbidden: User "warden" cannot list resource "configmaps"`)
-	}
-	f := &fakeAPIServer{t: t, lists: []func(http.ResponseWriter, *http.Request){forbidden, forbidden, forbidden, forbidden}}
-	srv := httptest.NewServer(f)
-	t.Cleanup(srv.Close)
-	r, err := New(openStore(t, filepath.Join(t.TempDir(), "reflectors.db")), &rest.Config{Host: srv.URL}, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Stop)
+	r := newReflectors(t, forbiddenLists(t))
 	if _, err := r.Start(configMaps); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	err = r.WaitSynced(ctx, configMaps)
+	err := r.WaitSynced(ctx, configMaps)
 	if err == nil || !strings.Contains(err.Error(), "configmaps is forbidden") || ctx.Err() != nil {
 		t.Errorf("WaitSynced = %v (ctx: %v), want the refusal", err, ctx.Err())
 	}
 
 	failing := &fakeAPIServer{t: t}
-	srv2 := httptest.NewServer(failing)
-	t.Cleanup(srv2.Close)
-	r2, err := New(openStore(t, filepath.Join(t.TempDir(), "other.db")), &rest.Config{Host: srv2.URL}, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r2.Stop)
+	r2 := newReflectors(t, failing)
 	if _, err := r2.Start(configMaps); err != nil {
 		t.Fatal(err)
 	}
@@ -307,6 +276,28 @@ func TestWaitSyncedRefused(t *testing.T) {
 	if err := r2.WaitSynced(t.Context(), schema.GroupVersionResource{Version: "v1", Resource: "pods"}); err == nil {
 		t.Error("WaitSynced of a resource no reflector reads: no error")
 	}
+}
+
+// forbiddenLists is an API server that refuses the first lists of
+// ConfigMaps: the policy server may not read them.
+func forbiddenLists(t *testing.T) *fakeAPIServer {
+	forbidden := func(w http.ResponseWriter, _ *http.Request) {
+		status(w, http.StatusForbidden, "Forbidden", `configmaps is forbidden: User "warden" cannot list resource "configmaps"`)
+	}
+	return &fakeAPIServer{t: t, lists: []func(http.ResponseWriter, *http.Request){forbidden, forbidden, forbidden, forbidden}}
+}
+
+// newReflectors returns reflectors reading f, stopped when the test ends.
+func newReflectors(t *testing.T, f *fakeAPIServer) *Reflectors {
+	t.Helper()
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	r, err := New(openStore(t, filepath.Join(t.TempDir(), "reflectors.db")), &rest.Config{Host: srv.URL}, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
 }
 
 // TestPagesOfLargeObjects: a list's first page asks for minPageSize

@@ -15,7 +15,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -172,7 +171,7 @@ func assertNothingLeft(t *testing.T, c client.Client) {
 		if err := c.List(ctx, l); err != nil {
 			t.Fatalf("listing %s: %v", kind, err)
 		}
-		items, err := metaItems(l)
+		items, err := clustertest.Items(l)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,21 +271,4 @@ func standInControllerDeployment(t *testing.T, c client.Client, stop func()) str
 		<-done
 	})
 	return d.Name
-}
-
-// metaItems returns the items of l.
-func metaItems(l client.ObjectList) ([]metav1.Object, error) {
-	objs, err := meta.ExtractList(l)
-	if err != nil {
-		return nil, err
-	}
-	items := make([]metav1.Object, 0, len(objs))
-	for _, o := range objs {
-		acc, err := meta.Accessor(o)
-		if err != nil {
-			return nil, err
-		}
-		items = append(items, acc)
-	}
-	return items, nil
 }

@@ -25,7 +25,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+	"github.com/wardenhq/warden/internal/clustertest"
 	"github.com/wardenhq/warden/internal/controller"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/wardenctl"
@@ -806,7 +806,7 @@ func (s *suite) assertNothingLeft(t *testing.T) {
 			t.Errorf("listing %s: %v", what, err)
 			return
 		}
-		items, err := metaItems(l)
+		items, err := clustertest.Items(l)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -897,20 +897,3 @@ func mustCreate(t *testing.T, c client.Client, o client.Object) {
 }
 
 func intOrString(port int) intstr.IntOrString { return intstr.FromInt32(int32(port)) }
-
-// metaItems returns the items of l.
-func metaItems(l client.ObjectList) ([]metav1.Object, error) {
-	objs, err := meta.ExtractList(l)
-	if err != nil {
-		return nil, err
-	}
-	items := make([]metav1.Object, 0, len(objs))
-	for _, o := range objs {
-		acc, err := meta.Accessor(o)
-		if err != nil {
-			return nil, err
-		}
-		items = append(items, acc)
-	}
-	return items, nil
-}
