@@ -133,14 +133,14 @@ func (b *bench) level(ctx context.Context, c int) (*LevelResult, error) {
 	// warm-up to the moment the last client stopped.
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	cpu0, machine0 := b.cpuSnapshot()
+	s0 := b.snapshot()
 	select {
 	case <-time.After(time.Until(measureStart)):
-		cpu0, machine0 = b.cpuSnapshot()
+		s0 = b.snapshot()
 	case <-done:
 	}
 	<-done
-	cpu1, machine1 := b.cpuSnapshot()
+	s1 := b.snapshot()
 	if err := ctx.Err(); err != nil {
 		return nil, errors.Join(err, b.deletePods(context.WithoutCancel(ctx)))
 	}
@@ -165,11 +165,7 @@ func (b *bench) level(ctx context.Context, c int) (*LevelResult, error) {
 		l.Elapsed = last.Sub(measureStart)
 	}
 	l.summarize(latencies)
-	l.MachineBusy = busyShare(machine0, machine1)
-	l.CPU = map[string]time.Duration{}
-	for name, d := range cpu1 {
-		l.CPU[name] = d - cpu0[name]
-	}
+	l.fillCPU(s0, s1)
 
 	after := b.scrapeAll(ctx)
 	b.fillMetrics(l, before, after)
@@ -197,10 +193,45 @@ func errorKey(err error) string {
 	return reason + ": " + msg
 }
 
-// cpuSnapshot reads the CPU times of the processes of -cpu-of, of this
-// process and of the machine.
-func (b *bench) cpuSnapshot() (map[string]time.Duration, machineCPU) {
-	return processCPU(b.proc, b.opts.processNames()), readMachineCPU(b.proc)
+// snapshot is what /proc says at one end of a measured window.
+type snapshot struct {
+	cpu      map[string]time.Duration // the processes of -cpu-of, and this one
+	machine  machineCPU
+	tcpOpens int64 // -1 when unknown
+}
+
+// snapshot reads the CPU times of the processes of -cpu-of, of this
+// process and of the machine, and the TCP connections opened so far.
+func (b *bench) snapshot() snapshot {
+	return snapshot{
+		cpu:      processCPU(b.proc, b.opts.processNames()),
+		machine:  readMachineCPU(b.proc),
+		tcpOpens: readTCPActiveOpens(b.proc),
+	}
+}
+
+// restOfMachine names, in LevelResult.CPU, the busy CPU time no process of
+// -cpu-of (nor admissionbench) accounts for: other processes and the
+// kernel's own work, such as network interrupts.
+const restOfMachine = "rest of the machine"
+
+// fillCPU sets what the two snapshots say about the measured window.
+func (l *LevelResult) fillCPU(s0, s1 snapshot) {
+	l.MachineBusy = busyShare(s0.machine, s1.machine)
+	l.CPU = map[string]time.Duration{}
+	var named time.Duration
+	for name, d := range s1.cpu {
+		l.CPU[name] = d - s0.cpu[name]
+		named += l.CPU[name]
+	}
+	if s1.machine.total > s0.machine.total {
+		busy := time.Duration(s1.machine.busy-s0.machine.busy) * clockTick
+		l.CPU[restOfMachine] = max(0, busy-named)
+	}
+	l.TCPOpensPerCreate = -1
+	if s0.tcpOpens >= 0 && s1.tcpOpens >= s0.tcpOpens && l.Creates > 0 {
+		l.TCPOpensPerCreate = float64(s1.tcpOpens-s0.tcpOpens) / float64(l.Creates)
+	}
 }
 
 // scrapes is what the metrics said at one moment; a field is nil when

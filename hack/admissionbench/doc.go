@@ -2,7 +2,8 @@
 // server, with and without admission webhooks: hack/admission-bench.sh runs
 // it on the local cluster (hack/local-cluster.sh) before Warden is installed
 // and again with Warden serving the 16 Pod Security Standard policies of
-// pss-policies.yaml, and docs/benchmarks.md holds what it printed.
+// pss-policies.yaml, and with the same 16 checks as one policy group
+// (pss-group.yaml); docs/benchmarks.md holds what it printed.
 //
 // Modes (-mode):
 //
@@ -10,11 +11,14 @@
 //     clients create pods back to back (a closed loop) for -d, or until -n
 //     creations were measured, after a -warmup whose creations are not
 //     counted. It prints the latency percentiles (p50, p95, p99, max) and
-//     the throughput of each level, the CPU time of the processes -cpu-of
-//     names and of the machine during the measured window, the mean time
-//     the API server spent in validating admission (from its /metrics),
-//     and, with -policy-server-metrics, how many policy evaluations each
-//     creation cost. After each level the pods are deleted (a delete
+//     the throughput of each level; per creation, the CPU time of the
+//     processes -cpu-of names, of the tool itself and of the rest of the
+//     machine during the measured window, and the TCP connections opened
+//     from the tool's network namespace (where the API server runs, on the
+//     local cluster); the mean time the API server spent in validating
+//     admission and in each webhook call (from its /metrics); and, with
+//     -policy-server-metrics, how many policy evaluations each creation
+//     cost. After each level the pods are deleted (a delete
 //     collection with no grace period), so that every level starts from an
 //     empty namespace.
 //   - first-rejection: creates, in dry-run, a privileged pod (violatingPod)
@@ -43,8 +47,9 @@
 //
 // Of Warden, the program links only the command-line parsing the tools
 // under hack/ share: it sees Warden through the API server, as a user does.
-// Its tests evaluate the 16 policies with wardenctl, in-process, against
-// the benchmark's pod and against pods that each break a check.
+// Its tests evaluate the 16 policies and the group with wardenctl,
+// in-process, against the benchmark's pod and against pods that each break
+// a check.
 //
 //	go run ./hack/admissionbench -kubeconfig KUBECONFIG -c 1,10,50 -d 20s -json out.json
 //	go run ./hack/admissionbench -mode compare -base before.json -with after.json

@@ -22,6 +22,8 @@ import (
 
 const (
 	policiesFile   = "pss-policies.yaml"
+	groupFile      = "pss-group.yaml"
+	groupMessage   = "the pod breaks the Pod Security Standards (restricted)"
 	policyPrefix   = "admissionbench-pss-"
 	firstRejection = "admissionbench/first-rejection"
 	// privilegedMessage is what hack/admission-bench.sh waits for
@@ -100,11 +102,66 @@ func TestPolicyResources(t *testing.T) {
 	}
 }
 
-// TestPoliciesJudgePods evaluates the 16 policies with wardenctl, in this
-// process and as the policy server does, on pod CREATE requests: the
-// benchmark's pod passes them all; each of the other pods breaks one or a
-// few checks and is rejected by exactly those policies, with their
-// messages.
+// memberName is the name of a check's member in the group.
+func memberName(check string) string { return strings.ReplaceAll(check, "-", "_") }
+
+// TestGroupResource checks that the group holds the 16 policies as they
+// are: the same settings under the members' names, all of them called by
+// the expression, the same requests and namespace.
+func TestGroupResource(t *testing.T) {
+	doc, err := os.ReadFile(groupFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g policiesv1.ClusterAdmissionPolicyGroup
+	if err := yaml.UnmarshalStrict(doc, &g); err != nil {
+		t.Fatalf("%s: %v", groupFile, err)
+	}
+	policies := readPolicies(t)
+	p := policies[0].Spec
+	if got, want := must(json.Marshal(g.Spec.Rules)), must(json.Marshal(p.Rules)); !bytes.Equal(got, want) {
+		t.Errorf("rules %s, want the policies' %s", got, want)
+	}
+	if got, want := must(json.Marshal(g.Spec.NamespaceSelector)), must(json.Marshal(p.NamespaceSelector)); !bytes.Equal(got, want) {
+		t.Errorf("namespaceSelector %s, want the policies' %s", got, want)
+	}
+	if g.Spec.Mode != policiesv1.PolicyModeProtect || g.Spec.PolicyServer != "default" || g.Spec.Message != groupMessage {
+		t.Errorf("mode %q, policy server %q, message %q", g.Spec.Mode, g.Spec.PolicyServer, g.Spec.Message)
+	}
+	if len(g.Spec.Policies) != len(policies) {
+		t.Errorf("%d members, want %d", len(g.Spec.Policies), len(policies))
+	}
+	var calls []string
+	for _, pol := range policies {
+		name := memberName(strings.TrimPrefix(pol.Name, policyPrefix))
+		calls = append(calls, name+"()")
+		m, ok := g.Spec.Policies[name]
+		if !ok {
+			t.Errorf("no member %s", name)
+			continue
+		}
+		var got, want any
+		if err := json.Unmarshal(m.Settings.Raw, &got); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(pol.Spec.Settings.Raw, &want); err != nil {
+			t.Fatal(err)
+		}
+		if m.Module != pol.Spec.Module || !bytes.Equal(must(json.Marshal(got)), must(json.Marshal(want))) {
+			t.Errorf("member %s: module %s, settings %s; want those of policy %s: %s, %s",
+				name, m.Module, m.Settings.Raw, pol.Name, pol.Spec.Module, pol.Spec.Settings.Raw)
+		}
+	}
+	if want := strings.Join(calls, " && "); g.Spec.Expression != want {
+		t.Errorf("expression %q, want %q", g.Spec.Expression, want)
+	}
+}
+
+// TestPoliciesJudgePods evaluates the 16 policies, and the group, with
+// wardenctl, in this process and as the policy server does, on pod CREATE
+// requests: the benchmark's pod passes them all; each of the other pods
+// breaks one or a few checks and is rejected by exactly those policies,
+// with their messages, and by the group.
 func TestPoliciesJudgePods(t *testing.T) {
 	container := func(f func(*corev1.Container)) func(*corev1.Pod) {
 		return func(p *corev1.Pod) { f(&p.Spec.Containers[0]) }
@@ -281,7 +338,10 @@ func TestPoliciesJudgePods(t *testing.T) {
 			if tc.pod != nil {
 				tc.pod(pod)
 			}
-			answers := evaluate(t, home, pod)
+			answers := evaluate(t, home, policiesFile, pod)
+			if len(answers) != len(checks) {
+				t.Fatalf("%d answers, want %d", len(answers), len(checks))
+			}
 			var rejectedBy []string
 			for i, a := range answers {
 				if a.Allowed {
@@ -295,6 +355,29 @@ func TestPoliciesJudgePods(t *testing.T) {
 			if !slices.Equal(rejectedBy, tc.rejectedBy) {
 				t.Errorf("rejected by %v, want %v", rejectedBy, tc.rejectedBy)
 			}
+
+			// The group rejects what one of the policies rejects, with the
+			// message of a rejecting member as a cause.
+			group := evaluate(t, home, groupFile, pod)
+			if len(group) != 1 {
+				t.Fatalf("the group answered %d times, want once", len(group))
+			}
+			g := group[0]
+			if g.Allowed != (len(tc.rejectedBy) == 0) {
+				t.Fatalf("the group allowed: %v, want %v", g.Allowed, len(tc.rejectedBy) == 0)
+			}
+			if g.Allowed {
+				return
+			}
+			if g.Status.Message != groupMessage || len(g.Status.Details.Causes) == 0 {
+				t.Errorf("the group rejected with %q and causes %v, want %q and at least one", g.Status.Message, g.Status.Details.Causes, groupMessage)
+			}
+			for _, c := range g.Status.Details.Causes {
+				check := strings.ReplaceAll(strings.TrimPrefix(c.Field, "spec.policies."), "_", "-")
+				if !slices.Contains(tc.rejectedBy, check) || !slices.Contains(messages[check], c.Message) {
+					t.Errorf("the group's cause %s: %q, want a member of %v with its message", c.Field, c.Message, tc.rejectedBy)
+				}
+			}
 		})
 	}
 }
@@ -305,12 +388,18 @@ type answer struct {
 	Status  struct {
 		Message string `json:"message"`
 		Code    int    `json:"code"`
+		Details struct {
+			Causes []struct {
+				Field   string `json:"field"`
+				Message string `json:"message"`
+			} `json:"causes"`
+		} `json:"details"`
 	} `json:"status"`
 }
 
-// evaluate runs `wardenctl run -r - pss-policies.yaml` on a CREATE request
-// of pod and returns the 16 answers, in the file's order.
-func evaluate(t *testing.T, home string, pod *corev1.Pod) []answer {
+// evaluate runs `wardenctl run -r - FILE` on a CREATE request of pod and
+// returns the answers of the file's policies, in its order.
+func evaluate(t *testing.T, home, file string, pod *corev1.Pod) []answer {
 	t.Helper()
 	object, err := json.Marshal(pod)
 	if err != nil {
@@ -337,7 +426,7 @@ func evaluate(t *testing.T, home string, pod *corev1.Pod) []answer {
 		}
 		return ""
 	}
-	args := []string{"run", "--request-path", "-", policiesFile}
+	args := []string{"run", "--request-path", "-", file}
 	if code := wardenctl.Main(t.Context(), args, bytes.NewReader(request), &stdout, &stderr, getenv); code != 0 {
 		t.Fatalf("wardenctl %s: exit %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 	}
@@ -348,9 +437,6 @@ func evaluate(t *testing.T, home string, pod *corev1.Pod) []answer {
 			t.Fatalf("wardenctl's answer %q: %v", line, err)
 		}
 		answers = append(answers, a)
-	}
-	if len(answers) != len(checks) {
-		t.Fatalf("wardenctl answered %d times, want %d:\n%s", len(answers), len(checks), stdout.String())
 	}
 	return answers
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,8 +12,10 @@ import (
 )
 
 // What the tool reads of Linux's /proc: the CPU time of processes by name
-// (utime + stime of /proc/PID/stat), the machine's CPU times (/proc/stat)
-// and the load average. Where /proc is missing the figures are zero.
+// (utime + stime of /proc/PID/stat), the machine's CPU times (/proc/stat),
+// the TCP connections opened from the tool's network namespace
+// (/proc/net/snmp) and the load average. Where /proc is missing the figures
+// are zero.
 
 // clockTick is the unit of the CPU times of /proc: USER_HZ, 100 on every
 // Linux architecture Go supports.
@@ -149,4 +152,41 @@ func loadAverage(proc string) string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// parseTCPActiveOpens returns Tcp ActiveOpens of /proc/net/snmp: how many
+// TCP connections were opened (connect) from the network namespace so far.
+// The file holds, per protocol, a line of field names and a line of values.
+func parseTCPActiveOpens(snmp []byte) (int64, error) {
+	var names []string
+	for _, line := range strings.Split(string(snmp), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || fields[0] != "Tcp:" {
+			continue
+		}
+		if names == nil {
+			names = fields
+			continue
+		}
+		for i, name := range names {
+			if name == "ActiveOpens" && i < len(fields) {
+				return strconv.ParseInt(fields[i], 10, 64)
+			}
+		}
+		break
+	}
+	return 0, errors.New("no Tcp ActiveOpens in /proc/net/snmp")
+}
+
+// readTCPActiveOpens returns Tcp ActiveOpens, or -1.
+func readTCPActiveOpens(proc string) int64 {
+	b, err := os.ReadFile(filepath.Join(proc, "net", "snmp"))
+	if err != nil {
+		return -1
+	}
+	n, err := parseTCPActiveOpens(b)
+	if err != nil {
+		return -1
+	}
+	return n
 }

@@ -133,6 +133,28 @@ func TestProcfs(t *testing.T) {
 	if s := busyShare(machineCPU{busy: 10, total: 100}, machineCPU{busy: 60, total: 200}); s != 0.5 {
 		t.Errorf("busy share %v, want 0.5", s)
 	}
+	write("net/snmp", "Ip: Forwarding DefaultTTL\nIp: 2 64\n"+
+		"Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails\n"+
+		"Tcp: 1 200 120000 -1 4321 77 3\nUdp: InDatagrams\nUdp: 5\n")
+	if n := readTCPActiveOpens(proc); n != 4321 {
+		t.Errorf("TCP active opens %d, want 4321", n)
+	}
+	if n := readTCPActiveOpens(filepath.Join(proc, "missing")); n != -1 {
+		t.Errorf("TCP active opens without /proc: %d, want -1", n)
+	}
+
+	// 50 busy ticks in the window are 500 ms, of which the processes
+	// account for 350 ms.
+	l := LevelResult{Creates: 100}
+	l.fillCPU(
+		snapshot{cpu: map[string]time.Duration{"etcd": time.Second, managedBy: 0}, machine: machineCPU{busy: 100, total: 200}, tcpOpens: 10},
+		snapshot{cpu: map[string]time.Duration{"etcd": 1300 * time.Millisecond, managedBy: 50 * time.Millisecond}, machine: machineCPU{busy: 150, total: 300}, tcpOpens: 60},
+	)
+	if l.CPU["etcd"] != 300*time.Millisecond || l.CPU[managedBy] != 50*time.Millisecond || l.CPU[restOfMachine] != 150*time.Millisecond ||
+		l.MachineBusy != 0.5 || l.TCPOpensPerCreate != 0.5 {
+		t.Errorf("CPU %v, busy %v, TCP opens per create %v; want etcd 300ms, admissionbench 50ms, the rest 150ms, 0.5 and 0.5",
+			l.CPU, l.MachineBusy, l.TCPOpensPerCreate)
+	}
 	if la := loadAverage(proc); la != "0.52 0.61 0.70" {
 		t.Errorf("load average %q", la)
 	}

@@ -45,8 +45,15 @@ type LevelResult struct {
 	// CPU is the CPU time each process of -cpu-of, and admissionbench
 	// itself, used in the measured window; MachineBusy is the share of
 	// all the machine's CPUs that was busy then (0 to 1).
+	// CPU also holds, under "rest of the machine", the busy time none of
+	// them accounts for.
 	CPU         map[string]time.Duration `json:"cpuNs,omitempty"`
 	MachineBusy float64                  `json:"machineBusy"`
+	// TCPOpensPerCreate is the TCP connections opened from the tool's
+	// network namespace (where the API server runs, on the local cluster)
+	// during the measured window, per measured creation; -1 when unknown.
+	// A webhook client that cannot keep its connections open shows here.
+	TCPOpensPerCreate float64 `json:"tcpOpensPerCreate"`
 	// ValidatingAdmission is the mean time of the API server's validating
 	// admission step per CREATE, and Webhook the mean duration of one
 	// validating webhook call, from the API server's metrics over the
@@ -153,9 +160,16 @@ func (l *LevelResult) cpuLine(cpus int) string {
 	slices.Sort(names)
 	if len(names) > 0 && l.Creates > 0 {
 		b.WriteString("; CPU µs per measured create:")
-		for _, n := range names {
-			fmt.Fprintf(&b, " %s %.0f", n, float64(l.CPU[n].Microseconds())/float64(l.Creates))
+		for i, n := range names {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(&b, "%s %s %.0f", sep, n, float64(l.CPU[n].Microseconds())/float64(l.Creates))
 		}
+	}
+	if l.TCPOpensPerCreate >= 0 {
+		fmt.Fprintf(&b, "; %.2f TCP connections opened per create", l.TCPOpensPerCreate)
 	}
 	return b.String()
 }
