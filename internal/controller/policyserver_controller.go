@@ -11,11 +11,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -141,7 +143,11 @@ func (r *PolicyServerReconciler) reconcileObjects(ctx context.Context, ps *polic
 		}
 	}
 	err = r.apply(ctx, ps, &appsv1.StatefulSet{ObjectMeta: r.meta(ps)}, func(o client.Object) error {
-		r.desiredStatefulSet(o.(*appsv1.StatefulSet), ps, cm.ResourceVersion, hasSources)
+		sts := o.(*appsv1.StatefulSet)
+		live := sts.DeepCopy()
+		r.desiredStatefulSet(sts, ps, cm.ResourceVersion, hasSources)
+		changed := !equality.Semantic.DeepEqual(&live.Spec.Template, &sts.Spec.Template)
+		sts.Spec.Replicas = ptr.To(rolloutReplicas(live, changed, ps.Spec.Replicas))
 		return nil
 	})
 	if setCondition(ps, policiesv1.PolicyServerDeploymentReconciled, err); err != nil {

@@ -31,6 +31,37 @@ func podLabels(ps *policiesv1.PolicyServer, configVersion string) map[string]str
 	return labels
 }
 
+// rolloutReplicas is how many replicas a policy server's StatefulSet runs
+// for a PolicyServer that wants want; live is the StatefulSet as it is, and
+// templateChanged says whether its pod template is about to change.
+//
+// A StatefulSet replaces a pod by deleting it before it creates the new
+// one. With two replicas or more the others serve meanwhile; with one, the
+// Service has no endpoint until the new pod is ready, and the policies'
+// webhooks, which fail closed, refuse every request they match: a helm
+// upgrade or a sources change was an outage. So a lone replica gets a
+// second one while its template changes: the StatefulSet creates ordinal 1
+// from the new template, replaces ordinal 0 only once ordinal 1 is ready,
+// and the surge ends when the rollout has. A StatefulSet whose status no
+// controller has written yet (just created, or a test cluster without one)
+// has nothing to replace and gets want.
+func rolloutReplicas(live *appsv1.StatefulSet, templateChanged bool, want int32) int32 {
+	st := live.Status
+	if want != 1 || st.ObservedGeneration == 0 {
+		return want
+	}
+	if templateChanged {
+		return 2
+	}
+	surging := ptr.Deref(live.Spec.Replicas, 1) == 2
+	rolling := st.ObservedGeneration < live.Generation || st.UpdateRevision != st.CurrentRevision ||
+		st.UpdatedReplicas < 2 || st.ReadyReplicas < 2
+	if surging && rolling {
+		return 2
+	}
+	return 1
+}
+
 // desiredStatefulSet sets sts to run ps with the ConfigMap at configVersion.
 func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps *policiesv1.PolicyServer, configVersion string, hasSources bool) {
 	labels := podLabels(ps, configVersion)

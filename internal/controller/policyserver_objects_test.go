@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 )
@@ -211,5 +212,47 @@ func TestOtelEnv(t *testing.T) {
 	want := []corev1.EnvVar{{Name: "OTEL_EXPORTER_OTLP_ENDPOINT", Value: "http://c:4317"}, {Name: "OTEL_EXPORTER_OTLP_TIMEOUT", Value: "5"}}
 	if !slices.Equal(got, want) {
 		t.Errorf("otelEnv = %v, want %v", got, want)
+	}
+}
+
+// A lone policy server replica gets a second one while its pod template
+// changes, until the rollout is over; more replicas, and a StatefulSet no
+// controller reports on, get what the PolicyServer asks.
+func TestRolloutReplicas(t *testing.T) {
+	sts := func(replicas int32, generation int64, st appsv1.StatefulSetStatus) *appsv1.StatefulSet {
+		s := &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(replicas)}, Status: st}
+		s.Generation = generation
+		return s
+	}
+	done := func(replicas int32) appsv1.StatefulSetStatus {
+		return appsv1.StatefulSetStatus{ObservedGeneration: 3, Replicas: replicas, ReadyReplicas: replicas, UpdatedReplicas: replicas,
+			CurrentRevision: "b", UpdateRevision: "b"}
+	}
+	for _, tc := range []struct {
+		name     string
+		live     *appsv1.StatefulSet
+		changed  bool
+		want     int32
+		replicas int32
+	}{
+		{"one replica, new template", sts(1, 3, done(1)), true, 1, 2},
+		{"surging, the new pod not ready", sts(2, 4, appsv1.StatefulSetStatus{ObservedGeneration: 4, Replicas: 2, ReadyReplicas: 1, UpdatedReplicas: 1,
+			CurrentRevision: "a", UpdateRevision: "b"}), false, 1, 2},
+		{"surging, ordinal 0 not replaced yet", sts(2, 4, appsv1.StatefulSetStatus{ObservedGeneration: 4, Replicas: 2, ReadyReplicas: 2, UpdatedReplicas: 1,
+			CurrentRevision: "a", UpdateRevision: "b"}), false, 1, 2},
+		{"surging, status not observed yet", sts(2, 4, done(2)), false, 1, 2},
+		{"surge over", sts(2, 3, done(2)), false, 1, 1},
+		{"one replica, nothing changes", sts(1, 3, done(1)), false, 1, 1},
+		{"scaled from two to one", sts(2, 3, done(2)), false, 1, 1},
+		{"two replicas roll one at a time", sts(2, 3, done(2)), true, 2, 2},
+		{"scaling up during a rollout", sts(2, 3, done(2)), true, 3, 3},
+		{"no status yet", sts(1, 1, appsv1.StatefulSetStatus{}), true, 1, 1},
+		{"created now", &appsv1.StatefulSet{}, true, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := rolloutReplicas(tc.live, tc.changed, tc.want); got != tc.replicas {
+				t.Errorf("rolloutReplicas = %d, want %d", got, tc.replicas)
+			}
+		})
 	}
 }
