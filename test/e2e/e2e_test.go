@@ -642,9 +642,12 @@ func (s *suite) audit(t *testing.T) {
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: release + "-audit-scanner"}, &cron); err != nil {
 		t.Fatal(err)
 	}
+	// As `kubectl create job --from=cronjob/...` makes it: owned by the
+	// CronJob, so that it goes with the release.
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "e2e-audit-now"},
-		Spec:       cron.Spec.JobTemplate.Spec,
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "e2e-audit-now",
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "CronJob", Name: cron.Name, UID: cron.UID}}},
+		Spec: cron.Spec.JobTemplate.Spec,
 	}
 	start := time.Now()
 	mustCreate(t, s.c, job)
@@ -796,59 +799,73 @@ func (s *suite) reinstall(t *testing.T) {
 
 // assertNothingLeft checks that no webhook configuration, policy,
 // PolicyServer, revision, policy-server workload, Secret or Lease of
-// Warden's is left, and no object held by a finalizer.
+// Warden's is left, and no object held by a finalizer. Pods and what the
+// garbage collector removes may take a while after helm returns: what is
+// left is looked for until a minute has passed.
 func (s *suite) assertNothingLeft(t *testing.T) {
 	t.Helper()
+	var left []string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left = s.leftovers(t)
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if len(left) > 0 {
+		t.Errorf("left after helm uninstall: %v", left)
+	}
+}
+
+// leftovers lists what assertNothingLeft looks for, as "kind namespace/name".
+func (s *suite) leftovers(t *testing.T) []string {
+	t.Helper()
 	ctx := t.Context()
-	check := func(what string, l client.ObjectList, opts ...client.ListOption) {
+	var left []string
+	check := func(kind string, l client.ObjectList, opts ...client.ListOption) {
 		t.Helper()
 		if err := s.c.List(ctx, l, opts...); err != nil {
-			t.Errorf("listing %s: %v", what, err)
+			left = append(left, fmt.Sprintf("%s (listing: %v)", kind, err))
 			return
 		}
 		items, err := clustertest.Items(l)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var left []string
 		for _, o := range items {
-			left = append(left, strings.TrimPrefix(o.GetNamespace()+"/"+o.GetName(), "/"))
-		}
-		if len(left) > 0 {
-			t.Errorf("%s left after helm uninstall: %v", what, left)
+			if kind == "Secret" && strings.HasPrefix(o.GetName(), "sh.helm.release.") {
+				continue // the release's own record, gone with the release
+			}
+			left = append(left, kind+" "+strings.TrimPrefix(o.GetNamespace()+"/"+o.GetName(), "/"))
 		}
 	}
 	inNS := client.InNamespace(namespace)
 	partOf := client.MatchingLabels{"app.kubernetes.io/part-of": "kubewarden"}
-	check("ValidatingWebhookConfigurations", &admissionregistrationv1.ValidatingWebhookConfigurationList{}, partOf)
-	check("MutatingWebhookConfigurations", &admissionregistrationv1.MutatingWebhookConfigurationList{}, partOf)
+	check("ValidatingWebhookConfiguration", &admissionregistrationv1.ValidatingWebhookConfigurationList{}, partOf)
+	check("MutatingWebhookConfiguration", &admissionregistrationv1.MutatingWebhookConfigurationList{}, partOf)
 	for _, name := range []string{"kubewarden-controller-validating-webhook-configuration", "kubewarden-controller-mutating-webhook-configuration"} {
 		if err := s.c.Get(ctx, client.ObjectKey{Name: name}, &admissionregistrationv1.ValidatingWebhookConfiguration{}); !apierrors.IsNotFound(err) {
-			if err2 := s.c.Get(ctx, client.ObjectKey{Name: name}, &admissionregistrationv1.MutatingWebhookConfiguration{}); !apierrors.IsNotFound(err2) {
-				t.Errorf("webhook configuration %s left after helm uninstall", name)
-			}
+			left = append(left, "ValidatingWebhookConfiguration "+name)
+		}
+		if err := s.c.Get(ctx, client.ObjectKey{Name: name}, &admissionregistrationv1.MutatingWebhookConfiguration{}); !apierrors.IsNotFound(err) {
+			left = append(left, "MutatingWebhookConfiguration "+name)
 		}
 	}
-	check("ClusterAdmissionPolicies", &policiesv1.ClusterAdmissionPolicyList{})
-	check("AdmissionPolicies", &policiesv1.AdmissionPolicyList{})
-	check("ClusterAdmissionPolicyGroups", &policiesv1.ClusterAdmissionPolicyGroupList{})
-	check("AdmissionPolicyGroups", &policiesv1.AdmissionPolicyGroupList{})
-	check("PolicyServers", &policiesv1.PolicyServerList{})
-	check("PolicyRevisions", &policiesv1.PolicyRevisionList{})
-	check("StatefulSets", &appsv1.StatefulSetList{}, inNS)
-	check("Deployments", &appsv1.DeploymentList{}, inNS)
-	check("Pods", &corev1.PodList{}, inNS)
-	check("Leases", &coordinationv1.LeaseList{}, inNS)
-	check("PersistentVolumeClaims", &corev1.PersistentVolumeClaimList{}, inNS)
-	var secrets corev1.SecretList
-	if err := s.c.List(ctx, &secrets, inNS); err != nil {
-		t.Fatal(err)
-	}
-	for _, sec := range secrets.Items {
-		if sec.Type != corev1.SecretTypeServiceAccountToken && !strings.HasPrefix(sec.Name, "sh.helm.release.") {
-			t.Errorf("Secret %s left after helm uninstall", sec.Name)
-		}
-	}
+	check("ClusterAdmissionPolicy", &policiesv1.ClusterAdmissionPolicyList{})
+	check("AdmissionPolicy", &policiesv1.AdmissionPolicyList{})
+	check("ClusterAdmissionPolicyGroup", &policiesv1.ClusterAdmissionPolicyGroupList{})
+	check("AdmissionPolicyGroup", &policiesv1.AdmissionPolicyGroupList{})
+	check("PolicyServer", &policiesv1.PolicyServerList{})
+	check("PolicyRevision", &policiesv1.PolicyRevisionList{})
+	check("StatefulSet", &appsv1.StatefulSetList{}, inNS)
+	check("Deployment", &appsv1.DeploymentList{}, inNS)
+	check("Job", &batchv1.JobList{}, inNS)
+	check("Pod", &corev1.PodList{}, inNS)
+	check("Lease", &coordinationv1.LeaseList{}, inNS)
+	check("PersistentVolumeClaim", &corev1.PersistentVolumeClaimList{}, inNS)
+	check("Secret", &corev1.SecretList{}, inNS)
+	return left
 }
 
 // dumpDiagnostics logs the pods' logs and the events of the namespaces.
