@@ -28,6 +28,12 @@ package controller
 // +kubebuilder:rbac:groups=core,resources=persistentvolumeclaims,verbs=get
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 
+// The endpoints of the controller's own webhook Service, which must have a
+// ready one before the controller's webhook configurations are first
+// written:
+//
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+
 // Leader election and events:
 //
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete

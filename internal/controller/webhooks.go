@@ -18,6 +18,8 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -308,6 +310,9 @@ func (c *webhookConfigurations) apply(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := c.waitForFirstEndpoint(ctx); err != nil {
+		return err
+	}
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: mutatingConfigName}}
 	if _, err := controllerutil.CreateOrUpdate(ctx, c.client, mutating, func() error {
 		mutating.Labels = ownWebhookLabels(mutating.Labels)
@@ -331,6 +336,47 @@ func (c *webhookConfigurations) apply(ctx context.Context) error {
 		return fmt.Errorf("writing %s: %w", validatingConfigName, err)
 	}
 	return nil
+}
+
+// waitForFirstEndpoint returns an error, which apply retries, while the
+// configurations do not exist yet and the webhook Service has no ready
+// endpoint. They fail closed: written as soon as the controller starts, they
+// made the API server refuse every PolicyServer and policy for the seconds
+// before the controller's pod was ready, the default PolicyServer of a
+// `helm install` among them ("no endpoints available for service"). Once
+// they exist they are kept current whatever the endpoints: a rollout of the
+// controller keeps a ready pod. With --dev-webhook-url there is no Service
+// to wait for.
+func (c *webhookConfigurations) waitForFirstEndpoint(ctx context.Context) error {
+	if c.url != "" {
+		return nil
+	}
+	err := c.client.Get(ctx, client.ObjectKey{Name: validatingConfigName}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	var endpoints discoveryv1.EndpointSliceList
+	if err := c.client.List(ctx, &endpoints, client.InNamespace(c.namespace), client.MatchingLabels{discoveryv1.LabelServiceName: c.service}); err != nil {
+		return fmt.Errorf("reading the endpoints of the webhook Service %s/%s: %w", c.namespace, c.service, err)
+	}
+	if !hasReadyEndpoint(endpoints.Items) {
+		return fmt.Errorf("the webhook Service %s/%s has no ready endpoint yet: not writing the webhook configurations", c.namespace, c.service)
+	}
+	return nil
+}
+
+// hasReadyEndpoint reports whether one of slices has an endpoint ready to
+// take requests (an endpoint that does not say counts as ready, as the API
+// says).
+func hasReadyEndpoint(slices []discoveryv1.EndpointSlice) bool {
+	for _, s := range slices {
+		for _, e := range s.Endpoints {
+			if ptr.Deref(e.Conditions.Ready, true) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // webhook is the webhook of kind k at path; prefix is "m" or "v", as in
