@@ -44,6 +44,10 @@ const (
 	// configVersionLabel carries the resourceVersion of the ConfigMap a pod
 	// (and the StatefulSet) was made for.
 	configVersionLabel = "kubewarden/config-version"
+	// podTemplateHashAnnotation carries, on a policy server's StatefulSet,
+	// the hash of the pod template the controller asked for, which tells a
+	// new template from the API server's defaults (rolloutReplicas).
+	podTemplateHashAnnotation = "kubewarden/pod-template-hash"
 	// partOfLabel marks every object Warden manages.
 	partOfLabel = "app.kubernetes.io/part-of"
 	partOf      = "kubewarden"

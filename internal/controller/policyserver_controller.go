@@ -11,7 +11,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -146,7 +145,17 @@ func (r *PolicyServerReconciler) reconcileObjects(ctx context.Context, ps *polic
 		sts := o.(*appsv1.StatefulSet)
 		live := sts.DeepCopy()
 		r.desiredStatefulSet(sts, ps, cm.ResourceVersion, hasSources)
-		changed := !equality.Semantic.DeepEqual(&live.Spec.Template, &sts.Spec.Template)
+		// The live template carries the API server's defaults, which the
+		// desired one lacks: the hash of what the controller asks for, on
+		// the StatefulSet, says whether that changed.
+		fresh := &appsv1.StatefulSet{}
+		r.desiredStatefulSet(fresh, ps, cm.ResourceVersion, hasSources)
+		hash, err := templateHash(&fresh.Spec.Template)
+		if err != nil {
+			return err
+		}
+		changed := live.Annotations[podTemplateHashAnnotation] != hash
+		sts.Annotations[podTemplateHashAnnotation] = hash
 		sts.Spec.Replicas = ptr.To(rolloutReplicas(live, changed, ps.Spec.Replicas))
 		return nil
 	})

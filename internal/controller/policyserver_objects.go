@@ -1,6 +1,10 @@
 package controller
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"maps"
 	"path"
 	"strconv"
@@ -60,6 +64,16 @@ func rolloutReplicas(live *appsv1.StatefulSet, templateChanged bool, want int32)
 		return 2
 	}
 	return 1
+}
+
+// templateHash identifies a pod template the controller asks for.
+func templateHash(tmpl *corev1.PodTemplateSpec) (string, error) {
+	b, err := json.Marshal(tmpl)
+	if err != nil {
+		return "", fmt.Errorf("hashing the pod template: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8]), nil
 }
 
 // desiredStatefulSet sets sts to run ps with the ConfigMap at configVersion.

@@ -256,3 +256,28 @@ func TestRolloutReplicas(t *testing.T) {
 		})
 	}
 }
+
+// The hash of the desired pod template is the same for the same
+// PolicyServer, and changes with what the pods run.
+func TestTemplateHash(t *testing.T) {
+	r := &PolicyServerReconciler{Namespace: "warden"}
+	ps := &policiesv1.PolicyServer{ObjectMeta: metav1.ObjectMeta{Name: "default"}, Spec: policiesv1.PolicyServerSpec{Image: "warden:a", Replicas: 1}}
+	hash := func(ps *policiesv1.PolicyServer) string {
+		sts := &appsv1.StatefulSet{}
+		r.desiredStatefulSet(sts, ps, "1", false)
+		h, err := templateHash(&sts.Spec.Template)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	a := hash(ps)
+	if b := hash(ps.DeepCopy()); a != b {
+		t.Errorf("the same PolicyServer hashes %s then %s", a, b)
+	}
+	upgraded := ps.DeepCopy()
+	upgraded.Spec.Image = "warden:b"
+	if b := hash(upgraded); a == b {
+		t.Errorf("a new image keeps the hash %s", a)
+	}
+}

@@ -131,8 +131,9 @@ func TestE2E(t *testing.T) {
 	}
 	diagnose() // while the pods that failed still run
 	// Whatever happened above, the release goes, and must leave nothing.
-	if t.Run("uninstall", s.uninstall) {
-		t.Run("reinstall", s.reinstall)
+	if !t.Run("uninstall", s.uninstall) || !t.Run("reinstall", s.reinstall) {
+		diagnosed = false // what the uninstall or the reinstall left
+		diagnose()
 	}
 }
 
