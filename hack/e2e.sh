@@ -5,14 +5,24 @@
 # builds the helm CLI (hack/helm.sh), runs the suite, and stops the cluster,
 # whatever happened. Arguments go to go test, e.g. hack/e2e.sh -run E2E/basic
 #
-# Needs root (the node changes host state; `down` undoes it). Environment:
+# Needs root (the node changes host state; `down` undoes it). A machine has
+# one node: runs wait for each other on a lock file. Environment:
 #   WARDEN_E2E_KEEP_CLUSTER=1  leave the cluster up afterwards (stop it with
 #                              hack/local-cluster.sh down)
+#   WARDEN_NODE_LOCK           the lock file [/run/lock/warden-node-user.lock]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 log() { printf 'e2e: %s\n' "$*" >&2; }
+
+lock="${WARDEN_NODE_LOCK:-/run/lock/warden-node-user.lock}"
+mkdir -p "$(dirname "$lock")"
+exec 9>"$lock"
+if ! flock -n 9; then
+	log "another run uses the node ($lock); waiting for it"
+	flock 9
+fi
 
 work="$(mktemp -d)"
 cleanup() {
