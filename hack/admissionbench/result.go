@@ -149,7 +149,9 @@ func (r *Result) label() string {
 }
 
 // cpuLine says how busy the machine and each process were, in CPU time per
-// measured creation.
+// measured creation and in CPUs: a process's CPU time over the measured
+// window's, which tells the work each pod costs it from the work it does
+// anyway, whatever the rate (a controller's resyncs, the scheduler's cache).
 func (l *LevelResult) cpuLine(cpus int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "machine %.0f%% busy (%.2f of %d CPUs)", 100*l.MachineBusy, l.MachineBusy*float64(cpus), cpus)
@@ -158,14 +160,15 @@ func (l *LevelResult) cpuLine(cpus int) string {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	if len(names) > 0 && l.Creates > 0 {
-		b.WriteString("; CPU µs per measured create:")
+	if len(names) > 0 && l.Creates > 0 && l.Elapsed > 0 {
+		b.WriteString("; CPU µs per measured create (and CPUs used):")
 		for i, n := range names {
 			sep := ","
 			if i == 0 {
 				sep = ""
 			}
-			fmt.Fprintf(&b, "%s %s %.0f", sep, n, float64(l.CPU[n].Microseconds())/float64(l.Creates))
+			fmt.Fprintf(&b, "%s %s %.0f (%.2f)", sep, n, float64(l.CPU[n].Microseconds())/float64(l.Creates),
+				l.CPU[n].Seconds()/l.Elapsed.Seconds())
 		}
 	}
 	if l.TCPOpensPerCreate >= 0 {
