@@ -245,7 +245,16 @@ func TestPolicyLifecycle(t *testing.T) {
 	eventually(t, "the removed replicas' conditions are gone", func() bool {
 		return replicaConditions(t, c, policy) == "0:True"
 	})
-	assertDenied(t, c, last)
+	// The API server may still hold a keep-alive connection, through the
+	// test's TCP proxy, to a replica that is shutting down: a request sent
+	// on it as the replica closes it fails with EOF (seen once in four
+	// runs). What is checked here is that the replica left serves the last
+	// generation; admissions during a scale-down are counted on a real node
+	// by test/e2e (TestE2E/scaling).
+	eventually(t, "the replica left denies with the last generation", func() bool {
+		err := c.Create(ctx, blockedPod("blocked"), client.DryRunAll)
+		return err != nil && strings.Contains(err.Error(), last)
+	})
 
 	// Deleting the policy deletes its revisions and its webhook.
 	if err := c.Delete(ctx, get(t, c, policy)); err != nil {
