@@ -5,7 +5,10 @@
 #   1. builds the admissionbench tool, Warden's images and the helm CLI;
 #   2. under the node's lock, starts the local cluster (hack/local-cluster.sh)
 #      and imports the images;
-#   3. measures pod CREATE latency with no webhook (hack/admissionbench);
+#   3. measures pod CREATE latency with no webhook (hack/admissionbench),
+#      then with 16 and with 1 webhook of the benchmarks' floor
+#      (hack/floorserver: the least an HTTPS webhook in Go does), the most a
+#      webhook can cost the API server and no less;
 #   4. installs the chart with helm, creates the first policy of
 #      hack/admissionbench/pss-policies.yaml (privileged) and times the first
 #      rejected pod from the start of `helm install`;
@@ -48,6 +51,8 @@ profile="${WARDEN_ADMISSION_BENCH_PROFILE:-}"
 tag=bench
 release=warden
 namespace=warden-system
+floor_image=localhost/warden/floorserver:bench
+floor_ns=admissionbench-floor
 
 log() { printf 'admission-bench: %s\n' "$*" >&2; }
 
@@ -72,6 +77,9 @@ if [[ "${1:-}" != --on-node ]]; then
 	trap 'rm -rf "$work"' EXIT
 	start=$SECONDS
 	go build -o "$work/admissionbench" ./hack/admissionbench
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$work/floorserver" ./hack/floorserver
+	go run ./hack/local-cluster/ociimage -binary "$work/floorserver" -name "$floor_image" -user 65532:65532 \
+		-out "$work/floorserver.tar"
 	go run ./hack/image -platform linux/amd64 -tag "$tag" -binary controller,policy-server,audit-scanner \
 		-out "$work/warden-$tag.tar" >&2
 	helm="$(hack/helm.sh | tail -n1)"
@@ -100,9 +108,68 @@ kubeconfig="$(hack/local-cluster.sh up | tail -n1)"
 eval "$(hack/local-cluster.sh env)" # KUBECONFIG, and kubectl on PATH
 log "cluster up in $((SECONDS - start)) s"
 hack/local-cluster.sh load-images "$work/warden-$tag.tar" >&2
+hack/local-cluster.sh load-images "$work/floorserver.tar" >&2
 
 measure=("$bench" -kubeconfig "$kubeconfig" -c "$levels" -d "$duration"
-	-cpu-of "kube-apiserver,etcd,policy-server,kube-controller,kube-scheduler")
+	-cpu-of "kube-apiserver,etcd,policy-server,floorserver,kube-controller,kube-scheduler")
+
+# start_floor runs hack/floorserver in the cluster behind the Service
+# floor.admissionbench-floor, with a certificate of its own.
+start_floor() {
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=floor \
+		-addext "subjectAltName=DNS:floor.$floor_ns.svc" -keyout "$work/floor.key" -out "$work/floor.crt" 2>/dev/null
+	kubectl create namespace "$floor_ns" >&2
+	kubectl -n "$floor_ns" create secret tls floor --cert "$work/floor.crt" --key "$work/floor.key" >&2
+	kubectl apply -f - >&2 <<-EOF
+		apiVersion: apps/v1
+		kind: Deployment
+		metadata: {name: floor, namespace: $floor_ns}
+		spec:
+		  selector: {matchLabels: {app: floor}}
+		  template:
+		    metadata: {labels: {app: floor}}
+		    spec:
+		      securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
+		      containers:
+		        - name: floor
+		          image: $floor_image
+		          imagePullPolicy: Never
+		          args: [-addr, ":8443", -cert-file, /tls/tls.crt, -key-file, /tls/tls.key]
+		          ports: [{containerPort: 8443}]
+		          readinessProbe: {tcpSocket: {port: 8443}, periodSeconds: 1}
+		          securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+		          volumeMounts: [{name: tls, mountPath: /tls, readOnly: true}]
+		      volumes: [{name: tls, secret: {secretName: floor}}]
+		---
+		apiVersion: v1
+		kind: Service
+		metadata: {name: floor, namespace: $floor_ns}
+		spec:
+		  selector: {app: floor}
+		  ports: [{port: 443, targetPort: 8443}]
+	EOF
+	kubectl -n "$floor_ns" rollout status deployment/floor --timeout=3m >&2
+}
+
+# floor_webhooks N points N validating webhooks at the floor, for the pods of
+# the benchmark's namespace, as Warden's policies are.
+floor_webhooks() {
+	local i ca
+	ca="$(base64 -w0 "$work/floor.crt")"
+	kubectl delete validatingwebhookconfiguration admissionbench-floor --ignore-not-found >&2
+	{
+		printf 'apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\n'
+		printf 'metadata: {name: admissionbench-floor}\nwebhooks:\n'
+		for ((i = 1; i <= $1; i++)); do
+			printf '  - name: floor-%d.admissionbench.local\n' "$i"
+			printf '    clientConfig: {service: {namespace: %s, name: floor, path: /validate/floor-%d, port: 443}, caBundle: %s}\n' "$floor_ns" "$i" "$ca"
+			printf '    rules: [{apiGroups: [""], apiVersions: [v1], resources: [pods], operations: [CREATE, UPDATE]}]\n'
+			printf '    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: admissionbench}}\n'
+			printf '    failurePolicy: Fail\n    sideEffects: None\n    admissionReviewVersions: [v1]\n    timeoutSeconds: 10\n'
+		done
+	} | kubectl apply -f - >&2
+	sleep 2 # the API server's webhook informer
+}
 
 # policy_server finds the default policy server's pod: its address, its
 # webhook port and its readiness port, which serves /metrics.
@@ -138,6 +205,19 @@ profile_runs() {
 echo
 echo "== 1. no webhook"
 "${measure[@]}" -label "no webhook" -json "$out/no-webhook.json" -keep-namespace
+
+echo
+echo "== 1b. the floor: 16 trivial webhooks, then 1 (hack/floorserver, HTTP/2)"
+start_floor
+for n in 16 1; do
+	floor_webhooks "$n"
+	"${measure[@]}" -label "$n trivial webhooks" -json "$out/floor-$n.json" -keep-namespace
+	echo
+	"$bench" -mode compare -base "$out/no-webhook.json" -with "$out/floor-$n.json"
+	echo
+done
+kubectl delete validatingwebhookconfiguration admissionbench-floor >&2
+kubectl delete namespace "$floor_ns" --wait >&2
 
 echo
 echo "== 2. helm install to the first rejected pod"

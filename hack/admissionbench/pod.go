@@ -21,8 +21,10 @@ const labelManagedBy = "app.kubernetes.io/managed-by"
 
 // benchPod is the pod the benchmark creates: an ordinary web server's pod
 // that passes the restricted Pod Security Standard (so every policy of
-// pss-policies.yaml admits it), about 1.5 KB as the API server hands it to a
-// webhook. policies_test.go checks it against the policies.
+// pss-policies.yaml admits it). It is 0.9 KB of JSON as sent, 1.8 KB with
+// the defaults and the ServiceAccount volume the API server adds before the
+// webhooks see it (and managedFields besides). policies_test.go checks it
+// against the policies.
 func benchPod(namespace, name string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{

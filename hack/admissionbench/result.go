@@ -121,6 +121,9 @@ func (r *Result) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "%d clients: API server: validating admission %s ms per CREATE", l.Concurrency, ms(l.ValidatingAdmission))
 			if l.WebhookCalls > 0 {
 				fmt.Fprintf(w, ", %.0f webhook calls of %s ms on average", l.WebhookCalls, ms(l.Webhook))
+				if n := l.Creates + l.WarmupCreates + l.Errors; n > 0 {
+					fmt.Fprintf(w, " (%.1f per create)", l.WebhookCalls/float64(n))
+				}
 			}
 			fmt.Fprintln(w)
 		}
