@@ -35,6 +35,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# A run that was killed (a session or a CI job stopped mid-way) leaves a
+# cluster whose processes are gone: take down what is there first.
+if ! hack/local-cluster.sh check-clean >/dev/null 2>&1; then
+	log "a cluster, or what one left, is here: taking it down first"
+	hack/local-cluster.sh down
+fi
+
 start=$SECONDS
 kubeconfig="$(hack/local-cluster.sh up | tail -n1)"
 log "cluster up in $((SECONDS - start)) s: $kubeconfig"
