@@ -481,6 +481,12 @@ func appLabelSettings(message string) runtime.RawExtension {
 func (s *suite) contextAware(t *testing.T) {
 	ctx := t.Context()
 	s.testNamespace(t, "e2e-context", "e2e/context")
+	// kube-controller-manager publishes kube-root-ca.crt into every new
+	// namespace a moment after it is created: count only once it is there,
+	// or it arrives after the count and admits the pod meant to be denied.
+	eventually(t, "kube-root-ca.crt is published in e2e-context", time.Minute, func() bool {
+		return s.c.Get(ctx, client.ObjectKey{Namespace: "e2e-context", Name: "kube-root-ca.crt"}, &corev1.ConfigMap{}) == nil
+	})
 	var cms corev1.ConfigMapList
 	if err := s.c.List(ctx, &cms, client.InNamespace("e2e-context")); err != nil {
 		t.Fatal(err)
