@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -79,6 +80,32 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return result, err
 }
 
+// servingReplicas is how many replicas of the PolicyServer may answer its
+// policies' webhooks: those it asks for, and the extra one its StatefulSet
+// runs while a lone replica's template changes (rolloutReplicas). A
+// generation served before every one of them loads it would be answered
+// "not found" by the one that has not.
+func (r *PolicyReconciler) servingReplicas(ctx context.Context, ps *policiesv1.PolicyServer) (int32, error) {
+	var sts appsv1.StatefulSet
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: ps.NameWithPrefix()}, &sts)
+	if apierrors.IsNotFound(err) {
+		return replicasServing(ps.Spec.Replicas, nil), nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the StatefulSet of PolicyServer %q: %w", ps.Name, err)
+	}
+	return replicasServing(ps.Spec.Replicas, &sts), nil
+}
+
+// replicasServing is the larger of the replicas a PolicyServer wants and
+// those its StatefulSet (nil if there is none yet) runs.
+func replicasServing(want int32, sts *appsv1.StatefulSet) int32 {
+	if sts == nil || sts.Spec.Replicas == nil {
+		return want
+	}
+	return max(want, *sts.Spec.Replicas)
+}
+
 // schedule computes the policy's status, keeps a PolicyRevision of its
 // current generation, and points its webhook at the newest generation that
 // every replica of its PolicyServer serves (RFC 000).
@@ -111,7 +138,10 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 	if revisionOf(revs, current.Spec.PolicyGeneration) == nil {
 		revs = append(revs, current)
 	}
-	replicas := ps.Spec.Replicas
+	replicas, err := r.servingReplicas(ctx, &ps)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	if err := r.pruneReplicas(ctx, revs, replicas); err != nil {
 		return ctrl.Result{}, err
 	}

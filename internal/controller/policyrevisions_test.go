@@ -4,8 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 )
@@ -38,6 +40,28 @@ func TestReadyOnAll(t *testing.T) {
 	for replicas, want := range map[int32]bool{0: false, 1: true, 2: true, 3: false, 4: false} {
 		if got := readyOnAll(rev, replicas); got != want {
 			t.Errorf("readyOnAll with %d replicas = %t, want %t", replicas, got, want)
+		}
+	}
+}
+
+// While a lone replica's template changes, its StatefulSet runs a second
+// replica that answers the webhooks too: a generation is served only once
+// both load it.
+func TestReplicasServing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want int32
+		sts  *appsv1.StatefulSet
+		got  int32
+	}{
+		{"no StatefulSet yet", 1, nil, 1},
+		{"replicas unset", 3, &appsv1.StatefulSet{}, 3},
+		{"surge of a lone replica", 1, &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](2)}}, 2},
+		{"scaling up", 3, &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](1)}}, 3},
+		{"scaling down", 1, &appsv1.StatefulSet{Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3)}}, 3},
+	} {
+		if got := replicasServing(tc.want, tc.sts); got != tc.got {
+			t.Errorf("%s: replicasServing(%d) = %d, want %d", tc.name, tc.want, got, tc.got)
 		}
 	}
 }
