@@ -216,7 +216,15 @@ func newestAliases(list []servable, loaded func(id string) bool) map[string]stri
 // run keeps the environment in step with the revisions until ctx is done,
 // and takes part in the election of the replica that initialises them.
 func (r *revisions) run(ctx context.Context) {
-	go r.elect(ctx)
+	// run returns once the election has given up the Lease: a replica
+	// that exits holding it would keep a new leader, and every revision
+	// created meanwhile, waiting leaseDuration.
+	elected := make(chan struct{})
+	go func() {
+		defer close(elected)
+		r.elect(ctx)
+	}()
+	defer func() { <-elected }()
 	r.mu.Lock()
 	for _, rep := range r.pending {
 		r.report(ctx, rep.rev, rep.cond)

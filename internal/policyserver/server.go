@@ -294,8 +294,14 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 		}()
 	}
+	revsDone := make(chan struct{})
 	if s.revs != nil {
-		go s.revs.run(ctx)
+		go func() {
+			defer close(revsDone)
+			s.revs.run(ctx)
+		}()
+	} else {
+		close(revsDone)
 	}
 	go func() {
 		if !s.opts.WatchPolicies || s.revs != nil {
@@ -332,6 +338,11 @@ func (s *Server) Serve(ctx context.Context) error {
 		if srv != nil {
 			_ = srv.Shutdown(shutdownCtx)
 		}
+	}
+	// The revisions' loop releases the leader Lease as it stops.
+	select {
+	case <-revsDone:
+	case <-shutdownCtx.Done():
 	}
 	s.Close(shutdownCtx)
 	return err

@@ -113,6 +113,38 @@ func TestLeaderKilledMidInitialisation(t *testing.T) {
 	}
 }
 
+// TestLeaderReleasesLeaseOnShutdown stops the replica holding the policy
+// server's Lease as the kubelet does (SIGTERM) and checks that it gave the
+// Lease up before exiting: a replica that exits holding it keeps the next
+// leader, and every revision created meanwhile, waiting out the Lease.
+func TestLeaderReleasesLeaseOnShutdown(t *testing.T) {
+	cl, runner := startLifecycle(t, nil)
+	c := cl.Client
+	mustCreate(t, c, &policiesv1.PolicyServer{
+		ObjectMeta: metav1.ObjectMeta{Name: "default"},
+		Spec:       policiesv1.PolicyServerSpec{Image: "ghcr.io/wardenhq/warden-policy-server:test", Replicas: 1},
+	})
+	eventually(t, "the replica is ready", func() bool { return runner.readyReplicas() == 1 })
+	lease := "policy-server-default"
+	eventually(t, "the replica holds the Lease", func() bool { return leaseHolder(t, c, lease) != "" })
+	leader := leaseHolder(t, c, lease)
+
+	exited := runner.terminate(0)
+	if exited == nil {
+		t.Fatal("no process runs for replica 0")
+	}
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		t.Fatal("the replica did not exit within a minute of SIGTERM")
+	}
+	// The runner restarts the replica a second after it exited; the Lease
+	// read now is the one the old process left.
+	if h := leaseHolder(t, c, lease); h == leader {
+		t.Errorf("the Lease is still held by %s, which has exited: it was not released on shutdown", leader)
+	}
+}
+
 // gatedModule serves a module over HTTP, holding every download until
 // open is called; the first one is also let go when its client goes away,
 // which abandoned tells.

@@ -662,6 +662,20 @@ func (r *podRunner) kill(ord int) {
 	}
 }
 
+// terminate SIGTERMs ordinal ord's process, as the kubelet does to a pod
+// being deleted, and returns a channel closed when it has exited (nil if
+// none runs); run then restarts it as after a crash.
+func (r *podRunner) terminate(ord int) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.replicas[ord]
+	if !ok || p.process == nil {
+		return nil
+	}
+	_ = p.process.Signal(syscall.SIGTERM)
+	return p.exited
+}
+
 // restarts is how many times ordinal ord's process exited on its own (or
 // through kill).
 func (r *podRunner) restarts(ord int) int {
