@@ -80,30 +80,42 @@ func (r *PolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return result, err
 }
 
-// servingReplicas is how many replicas of the PolicyServer may answer its
-// policies' webhooks: those it asks for, and the extra one its StatefulSet
-// runs while a lone replica's template changes (rolloutReplicas). A
-// generation served before every one of them loads it would be answered
-// "not found" by the one that has not.
-func (r *PolicyReconciler) servingReplicas(ctx context.Context, ps *policiesv1.PolicyServer) (int32, error) {
+// statefulSetOf is the StatefulSet of the PolicyServer, nil while there is
+// none.
+func (r *PolicyReconciler) statefulSetOf(ctx context.Context, ps *policiesv1.PolicyServer) (*appsv1.StatefulSet, error) {
 	var sts appsv1.StatefulSet
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: ps.NameWithPrefix()}, &sts)
 	if apierrors.IsNotFound(err) {
-		return replicasServing(ps.Spec.Replicas, nil), nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reading the StatefulSet of PolicyServer %q: %w", ps.Name, err)
+		return nil, fmt.Errorf("reading the StatefulSet of PolicyServer %q: %w", ps.Name, err)
 	}
-	return replicasServing(ps.Spec.Replicas, &sts), nil
+	return &sts, nil
 }
 
-// replicasServing is the larger of the replicas a PolicyServer wants and
-// those its StatefulSet (nil if there is none yet) runs.
+// replicasServing is how many replicas of a PolicyServer that wants want
+// may answer its policies' webhooks: those it asks for, and the extra one
+// its StatefulSet (nil if there is none yet) runs while a lone replica's
+// template changes (rolloutReplicas). A generation served before every one
+// of them loads it would be answered "not found" by the one that has not.
 func replicasServing(want int32, sts *appsv1.StatefulSet) int32 {
 	if sts == nil || sts.Spec.Replicas == nil {
 		return want
 	}
 	return max(want, *sts.Spec.Replicas)
+}
+
+// awaitingFirstReadyPod reports whether no pod of the StatefulSet is ready
+// yet. A replica reports a revision Ready once it has loaded it, which can
+// be before the kubelet's readiness probe has put its pod behind the
+// Service: a policy's first webhook, which fails closed, written then made
+// the API server refuse what it matched ("no endpoints available for
+// service") for the second or so after `helm install`. A StatefulSet whose
+// status no controller has written (a test cluster without one) is not
+// waited for, as in rolloutReplicas.
+func awaitingFirstReadyPod(sts *appsv1.StatefulSet) bool {
+	return sts != nil && sts.Status.ObservedGeneration > 0 && sts.Status.ReadyReplicas == 0
 }
 
 // schedule computes the policy's status, keeps a PolicyRevision of its
@@ -138,10 +150,11 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 	if revisionOf(revs, current.Spec.PolicyGeneration) == nil {
 		revs = append(revs, current)
 	}
-	replicas, err := r.servingReplicas(ctx, &ps)
+	sts, err := r.statefulSetOf(ctx, &ps)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	replicas := replicasServing(ps.Spec.Replicas, sts)
 	if err := r.pruneReplicas(ctx, revs, replicas); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -160,6 +173,10 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 	}
 	if rev := revisionOf(revs, target); rev == nil || !rev.Spec.Enabled && target != current.Spec.PolicyGeneration {
 		target = 0 // collected or disabled by hand: nothing safe to call
+	}
+	noEndpoint := served == 0 && r.PolicyServerURL == "" && awaitingFirstReadyPod(sts)
+	if noEndpoint {
+		target = 0
 	}
 	if target != served {
 		previous, switchedAt = served, time.Now()
@@ -183,7 +200,10 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 	r.setCondition(p, policiesv1.PolicyServerConfigurationUpToDate, upToDate,
 		map[bool]string{true: "ConfigurationVersionMatch", false: "ConfigurationVersionMismatch"}[upToDate], "")
 	why := ""
-	if !upToDate {
+	switch {
+	case noEndpoint:
+		why = fmt.Sprintf("no pod of PolicyServer %q is ready yet", ps.Name)
+	case !upToDate:
 		why = fmt.Sprintf("generation %d is not Ready on every one of the %d replicas", current.Spec.PolicyGeneration, replicas)
 	}
 	r.setCondition(p, policiesv1.PolicyUniquelyReachable, upToDate,
@@ -342,8 +362,8 @@ func equalPolicyStatus(a, b *policiesv1.PolicyStatus) bool {
 }
 
 // SetupWithManager registers the reconciler. Besides its own kind it runs
-// when the policy's PolicyServer, one of its PolicyRevisions, or the CA
-// changes.
+// when the policy's PolicyServer, its StatefulSet, one of its
+// PolicyRevisions, or the CA changes.
 func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(r.Kind).
@@ -352,6 +372,14 @@ func (r *PolicyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return r.requestsFor(ctx, o.GetName())
 		})).
 		Watches(&policiesv1.PolicyRevision{}, handler.EnqueueRequestsFromMapFunc(r.revisionPolicy)).
+		// A policy waits for its PolicyServer's first ready pod.
+		Watches(&appsv1.StatefulSet{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			name, ok := o.GetLabels()[policyServerLabel]
+			if o.GetNamespace() != r.Namespace || !ok {
+				return nil
+			}
+			return r.requestsFor(ctx, name)
+		})).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			if o.GetNamespace() != r.Namespace || o.GetName() != caSecretName {
 				return nil

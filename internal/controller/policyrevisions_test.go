@@ -66,6 +66,23 @@ func TestReplicasServing(t *testing.T) {
 	}
 }
 
+func TestAwaitingFirstReadyPod(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sts  *appsv1.StatefulSet
+		want bool
+	}{
+		{"no StatefulSet yet", nil, false},
+		{"no StatefulSet controller (status never written)", &appsv1.StatefulSet{}, false},
+		{"no pod ready", &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 1}}, true},
+		{"one pod ready", &appsv1.StatefulSet{Status: appsv1.StatefulSetStatus{ObservedGeneration: 1, Replicas: 2, ReadyReplicas: 1}}, false},
+	} {
+		if got := awaitingFirstReadyPod(tc.sts); got != tc.want {
+			t.Errorf("%s: awaitingFirstReadyPod = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}
+
 // The policy gets the current revision's conditions, one Ready per
 // replica it has now: Unknown for a replica that has not reported, none
 // for a replica it no longer has.
