@@ -10,7 +10,7 @@
 #                                           wrote (a .tar or an OCI layout directory)
 #   hack/local-cluster.sh smoke             pods, a Service by ClusterIP and DNS name
 #   hack/local-cluster.sh recycle-volumes   empty the released volumes and make them available
-#   hack/local-cluster.sh status            what runs, with its memory
+#   hack/local-cluster.sh status            what runs, with its memory (exit 1: down or partly up)
 #   hack/local-cluster.sh env               export lines: KUBECONFIG, PATH with kubectl
 #   hack/local-cluster.sh kubectl ARGS...   kubectl with the admin kubeconfig
 #   hack/local-cluster.sh down              stop it and undo every change it made
