@@ -56,11 +56,13 @@ type Options struct {
 	// report was computed from the same object and policies
 	// (AnnotationInputs).
 	DisableResultReuse bool
-	// KeepUnchangedReports leaves a report whose results did not change as
-	// it is, run-uid label included, instead of patching its run-uid label,
-	// and deletes the scope's reports that the run did not write by name
-	// rather than by the run-uid selector. The run-uid label then names the
-	// run that last wrote the report.
+	// KeepUnchangedReports (the default) leaves a report whose results did
+	// not change as it is, run-uid label included, and deletes the scope's
+	// reports of objects the run did not audit by name rather than by the
+	// run-uid selector: the run-uid label names the run that last wrote the
+	// report. False is Kubewarden's behaviour: every report gets the run's
+	// uid as a label patch, the whole cost of an unchanged run on the API
+	// server, and the stale ones are those without it.
 	KeepUnchangedReports bool
 	// ParallelNamespaces, ParallelResources and ParallelPolicies bound the
 	// namespaces scanned at once, the resources of one scope audited at
@@ -103,6 +105,8 @@ func DefaultOptions() Options {
 		ReportKind:          ReportKindPolicyReport,
 		KubeAPIQPS:          500,
 		KubeAPIBurst:        1000,
+		// Warden's choice, not Kubewarden's (docs/compatibility.md).
+		KeepUnchangedReports: true,
 	}
 }
 
@@ -122,7 +126,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClientKey, "client-key", o.ClientKey, "PEM private key of --client-cert")
 	fs.BoolVar(&o.DisableStore, "disable-store", o.DisableStore, "Do not write reports to the cluster")
 	fs.BoolVar(&o.DisableResultReuse, "disable-result-reuse", o.DisableResultReuse, "Evaluate every object again, also those whose report was computed from the same version of the object and of its policies")
-	fs.BoolVar(&o.KeepUnchangedReports, "keep-unchanged-reports", o.KeepUnchangedReports, "Leave a report whose results did not change as it is, run-uid label included, and delete the reports of resources no longer audited by name: no write for an unchanged report, where Kubewarden's cleanup needs every report relabelled with the run's uid")
+	fs.BoolVar(&o.KeepUnchangedReports, "keep-unchanged-reports", o.KeepUnchangedReports, "Leave a report whose results did not change as it is, run-uid label included, and delete the reports of resources no longer audited by name: no write for an unchanged report. --keep-unchanged-reports=false relabels every report with the run's uid and deletes the reports without it, as Kubewarden does")
 	fs.IntVar(&o.ParallelNamespaces, "parallel-namespaces", o.ParallelNamespaces, "Namespaces scanned at once")
 	fs.IntVar(&o.ParallelResources, "parallel-resources", o.ParallelResources, "Resources of one namespace (or of the cluster-wide scan) audited at once")
 	fs.IntVar(&o.ParallelPolicies, "parallel-policies", o.ParallelPolicies, "Policies evaluated at once for one resource")

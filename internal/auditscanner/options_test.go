@@ -28,7 +28,7 @@ func TestFlags(t *testing.T) {
 		{"client-key", "", ""},
 		{"disable-store", "", "false"},
 		{"disable-result-reuse", "", "false"},
-		{"keep-unchanged-reports", "", "false"},
+		{"keep-unchanged-reports", "", "true"},
 		{"parallel-namespaces", "", "1"},
 		{"parallel-resources", "", "100"},
 		{"parallel-policies", "", "5"},

@@ -445,8 +445,10 @@ func TestAudit(t *testing.T) {
 	// kube-system is ignored too: the API server itself may change the
 	// objects there between runs.
 	const ignore = "ignored,kube-system"
+	// Most runs relabel every report, as Kubewarden does: the run-uid
+	// labels are what they check; one subtest runs the default.
 	base := []string{"-u", url, "-f", m.caFile, "--client-cert", m.clientCert, "--client-key", m.clientKey,
-		"-i", ignore, "--page-size", "2", "--parallel-namespaces", "2", "-o"}
+		"-i", ignore, "--page-size", "2", "--parallel-namespaces", "2", "-o", "--keep-unchanged-reports=false"}
 	openReports := append([]string{"--report-kind", "openreports"}, base...)
 
 	// Namespaced configmap scopes: 4 skipped (wildcard, no-create,
@@ -634,7 +636,7 @@ func TestAudit(t *testing.T) {
 
 	t.Run("a run evaluates again only what changed since the report was written", func(t *testing.T) {
 		down := []string{"--report-kind", "openreports", "-u", downURL(t), "-f", m.caFile,
-			"--client-cert", m.clientCert, "--client-key", m.clientKey, "-i", ignore}
+			"--client-cert", m.clientCert, "--client-key", m.clientKey, "-i", ignore, "--keep-unchanged-reports=false"}
 		before, beforeCluster := reportsOf(t, c, "Report"), reportsOf(t, c, "ClusterReport")
 		total := len(before) + len(beforeCluster)
 		// Nothing changed: the run needs no policy server. It still counts
@@ -727,8 +729,9 @@ func TestAudit(t *testing.T) {
 		}
 	})
 
-	t.Run("--keep-unchanged-reports writes nothing for unchanged reports and deletes stale ones by name", func(t *testing.T) {
-		keep := append([]string{"--keep-unchanged-reports"}, openReports...)
+	t.Run("by default a run writes nothing for unchanged reports and deletes stale ones by name", func(t *testing.T) {
+		// The last of a flag's values wins: this drops base's =false.
+		keep := append(slices.Clone(openReports), "--keep-unchanged-reports=true")
 		// gone gets a report, then goes: its report is stale.
 		gone := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "gone", Labels: map[string]string{"forbidden": "yes"}}}
 		mustCreate(t, c, gone)
@@ -1074,8 +1077,8 @@ func TestAuditScale(t *testing.T) {
 		args []string
 	}{
 		{"first run", args},
-		{"second run, nothing changed", args},
-		{"third run, nothing changed, --keep-unchanged-reports", append([]string{"--keep-unchanged-reports"}, args...)},
+		{"second run, nothing changed, --keep-unchanged-reports=false (Kubewarden's relabelling)", append(slices.Clone(args), "--keep-unchanged-reports=false")},
+		{"third run, nothing changed (the default: unchanged reports left alone)", args},
 	}
 	for _, r := range runs {
 		run := r.name
