@@ -213,7 +213,7 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Polic
 		}
 	}
 	if l.native(c.Module) {
-		run, err := newCELRunner(p.settings)
+		run, err := newNativeRunner(c.Module, p.settings, p.host.resources)
 		if err != nil {
 			return nil, &invalidSettingsError{err.Error()}
 		}
@@ -383,7 +383,7 @@ const kubewardenCELPolicy = "ghcr.io/kubewarden/policies/cel-policy"
 
 // native reports whether a module runs in-process instead of in wasm.
 func (l *loader) native(uri string) bool {
-	return uri == NativeCELModule || (!l.opts.WasmCELPolicy && isKubewardenCELPolicy(uri))
+	return uri == NativeCELModule || isKubePolicyModule(uri) || (!l.opts.WasmCELPolicy && isKubewardenCELPolicy(uri))
 }
 
 // isKubewardenCELPolicy reports whether a module URI names any tag or
