@@ -67,7 +67,7 @@ func loadMAP(m *manifests, opts Options) (*Policy, error) {
 			return mutating.NewDispatcher(a, m, typeConverters{static: applyconfigurations.NewTypeConverter(scheme.Scheme)})
 		})
 	plugin.SetEnabled(true)
-	p := newPolicy(m.mapPolicy.Name)
+	p := newPolicy(KindMAP, m.mapPolicy.Name)
 	p.mutate, p.handles = mutator{plugin}, plugin.Handles
 	if err := p.start(plugin, s, opts); err != nil {
 		return nil, err
@@ -158,22 +158,24 @@ func (t typeConverters) GetTypeConverter(gvk schema.GroupVersionKind) managedfie
 
 func (typeConverters) Run(context.Context) {}
 
-// jsonPatch is the JSONPatch that turns from into to.
-func jsonPatch(from, to runtime.Object) ([]byte, error) {
+// jsonPatch is the JSONPatch that turns from into to, and to as JSON; nil
+// when they are the same.
+func jsonPatch(from, to runtime.Object) (patch, mutated []byte, err error) {
 	a, err := json.Marshal(from)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b, err := json.Marshal(to)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ops, err := jsonpatch.CreatePatch(a, b)
 	if err != nil {
-		return nil, fmt.Errorf("computing the patch: %w", err)
+		return nil, nil, fmt.Errorf("computing the patch: %w", err)
 	}
 	if len(ops) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return json.Marshal(ops)
+	patch, err = json.Marshal(ops)
+	return patch, b, err
 }

@@ -41,6 +41,7 @@ type Options struct {
 // its bindings and params, loaded into the API server's admission plugin.
 // Review may be called from many goroutines at once; Close ends it.
 type Policy struct {
+	kind   string
 	name   string
 	stop   chan struct{}
 	once   sync.Once
@@ -93,7 +94,7 @@ func loadVAP(m *manifests, opts Options) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := newPolicy(m.vap.Name)
+	p := newPolicy(KindVAP, m.vap.Name)
 	p.validate, p.handles = plugin, plugin.Handles
 	if err := p.start(plugin, s, opts); err != nil {
 		return nil, err
@@ -101,13 +102,17 @@ func loadVAP(m *manifests, opts Options) (*Policy, error) {
 	return p, nil
 }
 
-func newPolicy(name string) *Policy {
+func newPolicy(kind, name string) *Policy {
 	return &Policy{
+		kind:   kind,
 		name:   name,
 		stop:   make(chan struct{}),
 		ifaces: admission.NewObjectInterfacesFromScheme(scheme.Scheme),
 	}
 }
+
+// Is reports whether the policy is of kind, KindVAP or KindMAP.
+func (p *Policy) Is(kind string) bool { return p.kind == kind }
 
 // pluginSetters are the admission initializers kube-apiserver calls on the
 // validating and mutating policy plugins, and the two calls that start
@@ -159,13 +164,31 @@ func (p *Policy) Close() {
 // mutated one. A request the policy or no binding matches is allowed. The
 // error is for a request that cannot be read, never for a denial.
 func (p *Policy) Review(ctx context.Context, req *admissionv1.AdmissionRequest) (*admissionv1.AdmissionResponse, error) {
+	e, err := p.Evaluate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return e.Response, nil
+}
+
+// Evaluation is Review's answer with the object a MutatingAdmissionPolicy
+// made of the request's.
+type Evaluation struct {
+	Response *admissionv1.AdmissionResponse
+	// Object is the mutated object, JSON, when the policy changed it;
+	// the Response's Patch leads from the request's object to it.
+	Object []byte
+}
+
+// Evaluate is Review, with the mutated object.
+func (p *Policy) Evaluate(ctx context.Context, req *admissionv1.AdmissionRequest) (*Evaluation, error) {
 	attrs, err := p.attributes(req)
 	if err != nil {
 		return nil, err
 	}
-	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	e := &Evaluation{Response: &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}}
 	if !p.handles(attrs.GetOperation()) {
-		return resp, nil
+		return e, nil
 	}
 	var warnings warningRecorder
 	ctx = warning.WithWarningRecorder(ctx, &warnings)
@@ -178,24 +201,25 @@ func (p *Policy) Review(ctx context.Context, req *admissionv1.AdmissionRequest) 
 	} else {
 		err = p.mutate.Admit(ctx, attrs, p.ifaces)
 	}
+	resp := e.Response
 	resp.Warnings = warnings.texts
 	resp.AuditAnnotations = attrs.annotations()
 	if err != nil {
 		resp.Allowed = false
 		resp.Result = status(err)
-		return resp, nil
+		return e, nil
 	}
 	if original != nil {
-		patch, err := jsonPatch(original, attrs.GetObject())
+		patch, mutated, err := jsonPatch(original, attrs.GetObject())
 		if err != nil {
 			return nil, err
 		}
 		if len(patch) > 0 {
 			pt := admissionv1.PatchTypeJSONPatch
-			resp.Patch, resp.PatchType = patch, &pt
+			resp.Patch, resp.PatchType, e.Object = patch, &pt, mutated
 		}
 	}
-	return resp, nil
+	return e, nil
 }
 
 // status is the Status the API server answers a client for err: the

@@ -14,11 +14,15 @@ import (
 	sigsjson "sigs.k8s.io/json"
 )
 
-// The kinds a policy can be, as its manifest names them.
+// The kinds a Policy can be, as its manifest names them.
 const (
-	kindVAP        = "ValidatingAdmissionPolicy"
+	KindVAP = "ValidatingAdmissionPolicy"
+	KindMAP = "MutatingAdmissionPolicy"
+)
+
+// The kinds of their bindings.
+const (
 	kindVAPBinding = "ValidatingAdmissionPolicyBinding"
-	kindMAP        = "MutatingAdmissionPolicy"
 	kindMAPBinding = "MutatingAdmissionPolicyBinding"
 )
 
@@ -60,14 +64,14 @@ func decodeSettings(raw []byte) (*manifests, error) {
 	}
 	var bindingKind string
 	switch tm {
-	case admissionregistrationv1.SchemeGroupVersion.WithKind(kindVAP):
+	case admissionregistrationv1.SchemeGroupVersion.WithKind(KindVAP):
 		m.vap = &admissionregistrationv1.ValidatingAdmissionPolicy{}
 		err, bindingKind = decodeStrict(s.Policy, m.vap), kindVAPBinding
-	case admissionregistrationv1.SchemeGroupVersion.WithKind(kindMAP):
+	case admissionregistrationv1.SchemeGroupVersion.WithKind(KindMAP):
 		m.mapPolicy = &admissionregistrationv1.MutatingAdmissionPolicy{}
 		err, bindingKind = decodeStrict(s.Policy, m.mapPolicy), kindMAPBinding
 	default:
-		return nil, fmt.Errorf("settings: policy is a %s, not an admissionregistration.k8s.io/v1 %s or %s", describe(tm), kindVAP, kindMAP)
+		return nil, fmt.Errorf("settings: policy is a %s, not an admissionregistration.k8s.io/v1 %s or %s", describe(tm), KindVAP, KindMAP)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("settings: policy: %w", err)

@@ -215,7 +215,7 @@ func validateVAP(p *admissionregistrationv1.ValidatingAdmissionPolicy) error {
 		}
 		keys[a.Key] = true
 	}
-	return invalid(kindVAP, p.Name, errs)
+	return invalid(KindVAP, p.Name, errs)
 }
 
 // compileAs is compile for an expression the API server compiles trimmed
@@ -300,7 +300,7 @@ func validateMAP(p *admissionregistrationv1.MutatingAdmissionPolicy) error {
 	} else if !slices.Contains(supportedReinvocationPolicies, string(spec.ReinvocationPolicy)) {
 		errs = append(errs, field.NotSupported(path.Child("reinvocationPolicy"), spec.ReinvocationPolicy, supportedReinvocationPolicies))
 	}
-	return invalid(kindMAP, p.Name, errs)
+	return invalid(KindMAP, p.Name, errs)
 }
 
 func validatePolicyName(name string, path *field.Path) field.ErrorList {
