@@ -33,7 +33,14 @@ type crdSchema struct {
 // chart's crds/ directory.
 func newCRDSchema(t *testing.T, plural string) *crdSchema {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(chartCRDDir, "policies.kubewarden.io_"+plural+".yaml"))
+	return loadCRDSchema(t, filepath.Join(chartCRDDir, "policies.kubewarden.io_"+plural+".yaml"))
+}
+
+// loadCRDSchema loads the CRD in file, with one version.
+func loadCRDSchema(t *testing.T, file string) *crdSchema {
+	t.Helper()
+	plural := filepath.Base(file)
+	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatalf("reading CRD: %v", err)
 	}

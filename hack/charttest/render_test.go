@@ -35,6 +35,15 @@ var (
 	policyServerKind = "PolicyServer"
 )
 
+// customKinds are the kinds of custom resources the chart renders: they are
+// decoded without a Go type and validated against their CRDs instead.
+var customKinds = map[string]bool{
+	policyServerKind: true,
+	"ServiceMonitor": true,
+	"PodMonitor":     true,
+	"PrometheusRule": true,
+}
+
 // scheme knows the built-in kinds the chart may render; any other kind is a
 // test failure until the test learns it.
 var scheme = func() *runtime.Scheme {
@@ -72,7 +81,8 @@ type renderedObject struct {
 	kind     string
 	manifest string
 	// typed is the object decoded strictly into its Go type; nil for a
-	// PolicyServer, which is validated against its CRD instead.
+	// custom resource (customKinds), which is validated against its CRD
+	// instead.
 	typed runtime.Object
 	meta  metav1.Object
 }
@@ -133,7 +143,7 @@ func render(t *testing.T, rel release, vals map[string]any) *rendered {
 	}
 	for _, m := range manifests {
 		o := renderedObject{template: m.Name, kind: m.Head.Kind, manifest: m.Content}
-		if m.Head.Kind == policyServerKind {
+		if customKinds[m.Head.Kind] {
 			u := unstructuredObject(t, m.Content)
 			o.meta = &metav1.ObjectMeta{
 				Name:      u.GetName(),
@@ -236,4 +246,8 @@ var namespaced = map[string]bool{
 	"ClusterRoleBinding":       false,
 	"CustomResourceDefinition": false,
 	policyServerKind:           false,
+	"ConfigMap":                true,
+	"ServiceMonitor":           true,
+	"PodMonitor":               true,
+	"PrometheusRule":           true,
 }
