@@ -160,36 +160,24 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 	}
 	propagateConditions(p, current, replicas)
 
-	// The webhook moves to the current generation once every replica
-	// serves it, and otherwise stays where it is.
 	hook, err := r.existingWebhook(ctx, p)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	served, previous, switchedAt := servedGeneration(hook.GetAnnotations())
-	target := served
-	if readyOnAll(current, replicas) {
-		target = current.Spec.PolicyGeneration
+	facts := routingFacts{
+		current:          current.Spec.PolicyGeneration,
+		currentReady:     readyOnAll(current, replicas),
+		revisions:        map[int64]bool{},
+		awaitingFirstPod: r.PolicyServerURL == "" && awaitingFirstReadyPod(sts),
 	}
-	if rev := revisionOf(revs, target); rev == nil || !rev.Spec.Enabled && target != current.Spec.PolicyGeneration {
-		target = 0 // collected or disabled by hand: nothing safe to call
+	facts.served, facts.previous, facts.switchedAt = servedGeneration(hook.GetAnnotations())
+	for _, rev := range revs {
+		facts.revisions[rev.Spec.PolicyGeneration] = rev.Spec.Enabled
 	}
-	noEndpoint := served == 0 && r.PolicyServerURL == "" && awaitingFirstReadyPod(sts)
-	if noEndpoint {
-		target = 0
-	}
-	if target != served {
-		previous, switchedAt = served, time.Now()
-	}
-	var result ctrl.Result
-	enabled := map[int64]bool{current.Spec.PolicyGeneration: true, target: target != 0}
-	if previous != 0 && previous != target {
-		if wait := drainDelay - time.Since(switchedAt); wait > 0 {
-			enabled[previous] = true
-			result.RequeueAfter = wait
-		}
-	}
-	if err := r.setEnabled(ctx, revs, enabled); err != nil {
+	route := decideRouting(facts, time.Now())
+	target := route.target
+	result := ctrl.Result{RequeueAfter: route.requeueAfter}
+	if err := r.setEnabled(ctx, revs, route.enabled); err != nil {
 		return ctrl.Result{}, err
 	}
 	if err := r.collectRevisions(ctx, revs); err != nil {
@@ -201,7 +189,7 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 		map[bool]string{true: "ConfigurationVersionMatch", false: "ConfigurationVersionMismatch"}[upToDate], "")
 	why := ""
 	switch {
-	case noEndpoint:
+	case route.waitingForPod:
 		why = fmt.Sprintf("no pod of PolicyServer %q is ready yet", ps.Name)
 	case !upToDate:
 		why = fmt.Sprintf("generation %d is not Ready on every one of the %d replicas", current.Spec.PolicyGeneration, replicas)
@@ -235,8 +223,8 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 	t := webhookTarget{namespace: r.Namespace, service: ps.NameWithPrefix(), caBundle: bundle, url: r.PolicyServerURL, generation: target}
 	routing := map[string]string{
 		servedGenerationAnnotation:   strconv.FormatInt(target, 10),
-		previousGenerationAnnotation: strconv.FormatInt(previous, 10),
-		switchedAtAnnotation:         switchedAt.UTC().Format(time.RFC3339),
+		previousGenerationAnnotation: strconv.FormatInt(route.previous, 10),
+		switchedAtAnnotation:         route.switchedAt.UTC().Format(time.RFC3339),
 	}
 	if err := r.applyWebhook(ctx, servedPolicy, t, routing); err != nil {
 		return ctrl.Result{}, err
