@@ -17,4 +17,8 @@ echo "cluster-test: KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS" >&2
 agent="$(hack/ocm-work-agent.sh)"
 export WARDEN_OCM_WORK_AGENT="${agent##*$'\n'}"
 
+# The corpus of TestVAPDiff: the modules hack/vap-corpus pins, downloaded
+# here, outside go test's timeout; the test reads them from the module cache.
+(cd hack/vap-corpus && GOWORK=off go mod download)
+
 go test -tags cluster ./test/cluster/... "$@"
