@@ -16,11 +16,13 @@
 //
 // Where Warden goes further than Kubewarden, to be lighter on the API server:
 //   - a report whose contents, timestamps aside, did not change since the
-//     previous run gets a merge patch of its run-uid label only, guarded by
-//     the resourceVersion it was compared at; every report of a scope that
-//     was not written in this run still carries the previous run-uid, so the
-//     run-uid cleanup removes exactly the stale ones, and it is skipped when
-//     the listing shows none;
+//     previous run is not written at all, and the scope's reports of objects
+//     the run did not audit are deleted by name, each guarded by the
+//     resourceVersion it was listed at (--keep-unchanged-reports, the
+//     default). With --keep-unchanged-reports=false, as Kubewarden, an
+//     unchanged report gets a merge patch of its run-uid label only, guarded
+//     the same way, and the run-uid cleanup removes exactly the stale ones;
+//     it is skipped when the listing shows none;
 //   - the policies are listed once per run, not once per namespace, and the
 //     Service of each PolicyServer is looked up once;
 //   - resources and reports are listed in pages of --page-size and handled
