@@ -181,6 +181,9 @@ func TestLoadRefuses(t *testing.T) {
 			want: `ValidatingAdmissionPolicy.admissionregistration.k8s.io "prod-owner" is invalid: spec.matchConditions[0].expression: Invalid value: "object.metadata.labels.exempt": must evaluate to bool`},
 		{name: "messageExpression that reads the authorizer", docs: []string{strings.Replace(vapConfigMaps, `"object.data.missing + 'x'"`, `"authorizer.group('').resource('pods').check('get').reason()"`, 1)},
 			want: `ValidatingAdmissionPolicy.admissionregistration.k8s.io "cm-policy" is invalid: spec.validations[2].messageExpression: Invalid value: "authorizer.group('').resource('pods').check('get').reason()": compilation failed: ERROR: <input>:1:1: undeclared reference to 'authorizer' (in container '')`},
+		{name: "resource rule without operations", docs: []string{strings.Replace(vapConfigMaps, `      operations: ["CREATE", "UPDATE"]
+`, "", 1)},
+			want: `ValidatingAdmissionPolicy.admissionregistration.k8s.io "cm-policy" is invalid: spec.matchConstraints.resourceRules[0].operations: Required value`},
 		{name: "binding without validationActions", docs: []string{vapConfigMaps, binding("b", "cm-policy")},
 			want: `ValidatingAdmissionPolicyBinding.admissionregistration.k8s.io "b" is invalid: spec.validationActions: Required value: at least one validation action is required`},
 		{name: "binding with Deny and Warn", docs: []string{vapConfigMaps, binding("b", "cm-policy", "Deny", "Warn")},

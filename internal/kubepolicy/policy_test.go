@@ -14,7 +14,7 @@ import (
 
 // settingsOf joins YAML manifests into builtin://vap settings: the first is
 // the policy; the others are bindings, params or namespaces by their kind.
-func settingsOf(t *testing.T, docs ...string) []byte {
+func settingsOf(t testing.TB, docs ...string) []byte {
 	t.Helper()
 	s := map[string]any{}
 	for i, d := range docs {

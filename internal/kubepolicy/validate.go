@@ -69,10 +69,87 @@ func validateMatchConstraints(mc *admissionregistrationv1.MatchResources, path *
 	if mc == nil {
 		return field.ErrorList{field.Required(path, "")}
 	}
+	errs := validateMatchResources(mc, path)
 	if len(mc.ResourceRules) == 0 {
-		return field.ErrorList{field.Required(path.Child("resourceRules"), "")}
+		errs = append(errs, field.Required(path.Child("resourceRules"), ""))
 	}
-	return nil
+	return errs
+}
+
+var (
+	supportedMatchPolicies = []string{string(admissionregistrationv1.Equivalent), string(admissionregistrationv1.Exact)}
+	supportedOperations    = []string{string(admissionregistrationv1.OperationAll), string(admissionregistrationv1.Connect),
+		string(admissionregistrationv1.Create), string(admissionregistrationv1.Delete), string(admissionregistrationv1.Update)}
+	supportedScopes = []string{string(admissionregistrationv1.AllScopes), string(admissionregistrationv1.ClusterScope), string(admissionregistrationv1.NamespacedScope)}
+)
+
+// validateMatchResources checks the match policy and the rules of a
+// policy's matchConstraints or a binding's matchResources (after
+// defaulting). The API server also checks the selectors' syntax, the
+// resource names and combinations of subresource wildcards; Warden leaves
+// those to the plugin, which reports a selector it cannot parse as a
+// configuration error on each request.
+func validateMatchResources(mr *admissionregistrationv1.MatchResources, path *field.Path) field.ErrorList {
+	if mr == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if mr.MatchPolicy != nil && !slices.Contains(supportedMatchPolicies, string(*mr.MatchPolicy)) {
+		errs = append(errs, field.NotSupported(path.Child("matchPolicy"), *mr.MatchPolicy, supportedMatchPolicies))
+	}
+	for i := range mr.ResourceRules {
+		errs = append(errs, validateRule(&mr.ResourceRules[i].RuleWithOperations, path.Child("resourceRules").Index(i))...)
+	}
+	for i := range mr.ExcludeResourceRules {
+		errs = append(errs, validateRule(&mr.ExcludeResourceRules[i].RuleWithOperations, path.Child("excludeResourceRules").Index(i))...)
+	}
+	return errs
+}
+
+// validateRule checks one rule's operations, groups, versions, resources
+// and scope as the API server does.
+func validateRule(r *admissionregistrationv1.RuleWithOperations, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(r.Operations) == 0 {
+		errs = append(errs, field.Required(path.Child("operations"), ""))
+	}
+	if len(r.Operations) > 1 && slices.Contains(r.Operations, admissionregistrationv1.OperationAll) {
+		errs = append(errs, field.Invalid(path.Child("operations"), r.Operations, "if '*' is present, must not specify other operations"))
+	}
+	for i, op := range r.Operations {
+		if !slices.Contains(supportedOperations, string(op)) {
+			errs = append(errs, field.NotSupported(path.Child("operations").Index(i), op, supportedOperations))
+		}
+	}
+	if len(r.APIGroups) == 0 {
+		errs = append(errs, field.Required(path.Child("apiGroups"), ""))
+	}
+	if len(r.APIGroups) > 1 && slices.Contains(r.APIGroups, "*") {
+		errs = append(errs, field.Invalid(path.Child("apiGroups"), r.APIGroups, "if '*' is present, must not specify other API groups"))
+	}
+	if len(r.APIVersions) == 0 {
+		errs = append(errs, field.Required(path.Child("apiVersions"), ""))
+	}
+	if len(r.APIVersions) > 1 && slices.Contains(r.APIVersions, "*") {
+		errs = append(errs, field.Invalid(path.Child("apiVersions"), r.APIVersions, "if '*' is present, must not specify other API versions"))
+	}
+	for i, v := range r.APIVersions {
+		if v == "" {
+			errs = append(errs, field.Required(path.Child("apiVersions").Index(i), ""))
+		}
+	}
+	if len(r.Resources) == 0 {
+		errs = append(errs, field.Required(path.Child("resources"), ""))
+	}
+	for i, res := range r.Resources {
+		if res == "" {
+			errs = append(errs, field.Required(path.Child("resources").Index(i), ""))
+		}
+	}
+	if r.Scope != nil && !slices.Contains(supportedScopes, string(*r.Scope)) {
+		errs = append(errs, field.NotSupported(path.Child("scope"), *r.Scope, supportedScopes))
+	}
+	return errs
 }
 
 func validateMatchConditions(mcs []admissionregistrationv1.MatchCondition, hasParams bool, path *field.Path) field.ErrorList {
@@ -337,6 +414,7 @@ func validateVAPBinding(b *admissionregistrationv1.ValidatingAdmissionPolicyBind
 	path := field.NewPath("spec")
 	errs := validatePolicyName(b.Spec.PolicyName, path.Child("policyName"))
 	errs = append(errs, validateParamRef(b.Spec.ParamRef, path.Child("paramRef"))...)
+	errs = append(errs, validateMatchResources(b.Spec.MatchResources, path.Child("matchResources"))...)
 	ap := path.Child("validationActions")
 	seen := map[admissionregistrationv1.ValidationAction]bool{}
 	for i, a := range b.Spec.ValidationActions {
@@ -361,6 +439,7 @@ func validateMAPBinding(b *admissionregistrationv1.MutatingAdmissionPolicyBindin
 	path := field.NewPath("spec")
 	errs := validatePolicyName(b.Spec.PolicyName, path.Child("policyName"))
 	errs = append(errs, validateParamRef(b.Spec.ParamRef, path.Child("paramRef"))...)
+	errs = append(errs, validateMatchResources(b.Spec.MatchResources, path.Child("matchResources"))...)
 	if b.Spec.MatchResources != nil {
 		errs = append(errs, validateMutatingOperations(b.Spec.MatchResources.ResourceRules, path.Child("matchResources", "resourceRules", "operations"))...)
 	}
