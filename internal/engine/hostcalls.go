@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
+	"time"
 
 	"github.com/wardenhq/warden/internal/capabilities"
 	"github.com/wardenhq/warden/internal/metadata"
@@ -35,6 +37,7 @@ type hostCalls struct {
 	resources []ContextAwareResource // Kubernetes kinds the policy may read
 	caps      HostCapabilities       // nil: none
 	logger    *slog.Logger
+	logs      logLimiter // the rate of its tracing/log lines
 }
 
 // hostCalls returns the host calls of a policy: what it was granted, and
@@ -124,7 +127,21 @@ func (h *hostCalls) granted(path string) bool {
 
 // guestLog logs a tracing/log payload: {"level": ..., "message": ..., extra
 // fields...}. Malformed payloads are logged as they are; the call never fails.
+// The lines are bounded in size and rate (maxLogBytes, logRate).
 func (h *hostCalls) guestLog(ctx context.Context, payload []byte) {
+	ok, dropped := h.logs.take()
+	if dropped > 0 {
+		h.logger.WarnContext(ctx, "policy log lines dropped: over the rate limit",
+			observability.KeyPolicyID, h.policyID, "dropped", dropped, "lines_per_second", logRate)
+	}
+	if !ok {
+		return
+	}
+	if len(payload) > maxLogBytes {
+		h.logger.InfoContext(ctx, "policy log", observability.KeyPolicyID, h.policyID,
+			"payload", string(payload[:maxLogBytes]), "truncated_bytes", len(payload)-maxLogBytes)
+		return
+	}
 	var fields map[string]any
 	if err := json.Unmarshal(payload, &fields); err != nil {
 		h.logger.InfoContext(ctx, "policy log", observability.KeyPolicyID, h.policyID, "payload", string(payload))
@@ -147,4 +164,55 @@ func (h *hostCalls) guestLog(ctx context.Context, payload []byte) {
 		}
 	}
 	h.logger.Log(ctx, level, "policy log", attrs...)
+}
+
+// Bounds of the tracing/log capability, per policy
+// (docs/compatibility.md#host-capabilities): a payload over maxLogBytes is
+// logged cut to that size, unparsed; past logBurst lines at once, a policy
+// logs logRate lines a second, and the lines over that are dropped and
+// counted in a warning, at most one a second. The call never fails, as in
+// Kubewarden.
+const (
+	maxLogBytes = 16 << 10
+	logRate     = 100
+	logBurst    = 200
+)
+
+// logLimiter is a token bucket of log lines. Its zero value is ready (full);
+// it is safe for concurrent use.
+type logLimiter struct {
+	now func() time.Time // nil: time.Now
+
+	mu         sync.Mutex
+	started    bool
+	tokens     float64
+	last       time.Time // tokens were last counted
+	dropped    int       // since the last report
+	lastReport time.Time
+}
+
+// take reports whether a line may be logged now, and the number of lines
+// dropped to report now (0: none).
+func (l *logLimiter) take() (ok bool, report int) {
+	now := time.Now()
+	if l.now != nil {
+		now = l.now()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.started {
+		l.started, l.tokens, l.last, l.lastReport = true, logBurst, now, now
+	}
+	l.tokens = min(l.tokens+now.Sub(l.last).Seconds()*logRate, logBurst)
+	l.last = now
+	ok = l.tokens >= 1
+	if ok {
+		l.tokens--
+	} else {
+		l.dropped++
+	}
+	if l.dropped > 0 && (ok || now.Sub(l.lastReport) >= time.Second) {
+		report, l.dropped, l.lastReport = l.dropped, 0, now
+	}
+	return ok, report
 }

@@ -37,6 +37,19 @@ func TestLimitOptions(t *testing.T) {
 			wantErr: "--max-in-flight-request-body-bytes must be 0 or at least --max-request-body-bytes"},
 		{name: "negative budget", args: []string{"--max-in-flight-request-body-bytes=-1"},
 			wantErr: "--max-in-flight-request-body-bytes must be 0 or at least --max-request-body-bytes"},
+		{name: "guest bounds: defaults", check: func(t *testing.T, o Options) {
+			if o.MaxHostCallBytes != 1<<20 || o.MaxResponseBytes != 16<<20 {
+				t.Errorf("host call %d, response %d", o.MaxHostCallBytes, o.MaxResponseBytes)
+			}
+		}},
+		{name: "guest bounds: flags and variables", args: []string{"--max-host-call-payload-bytes", "4096"},
+			env: map[string]string{"WARDEN_MAX_POLICY_RESPONSE_BYTES": "65536"}, check: func(t *testing.T, o Options) {
+				if o.MaxHostCallBytes != 4096 || o.MaxResponseBytes != 65536 {
+					t.Errorf("host call %d, response %d", o.MaxHostCallBytes, o.MaxResponseBytes)
+				}
+			}},
+		{name: "no host call payload", args: []string{"--max-host-call-payload-bytes", "0"}, wantErr: "--max-host-call-payload-bytes must be positive"},
+		{name: "no response", args: []string{"--max-policy-response-bytes", "0"}, wantErr: "--max-policy-response-bytes must be positive"},
 		{name: "no read timeout", args: []string{"--request-read-timeout", "0s"}, wantErr: "--request-read-timeout must be positive"},
 		{name: "unknown cipher suite", args: []string{"--tls-cipher-suites", "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,ECDHE-ECDSA-AES128-SHA"},
 			wantErr: `--tls-cipher-suites: unknown or insecure TLS 1.2 cipher suite "ECDHE-ECDSA-AES128-SHA" (accepted: TLS_`},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/wardenhq/warden/internal/certwatch"
 	"github.com/wardenhq/warden/internal/engine"
+	"github.com/wardenhq/warden/internal/wasm"
 )
 
 // Options configure the policy server. Each flag has the environment variable
@@ -51,8 +52,13 @@ type Options struct {
 	CacheDir           string
 	MemoryLimitMiB     int
 	MaxRequestBodySize int64
-	NativeCELPolicy    bool
-	WatchPolicies      bool
+	// MaxHostCallBytes caps the payload of one host call of a policy
+	// (wasm.Config.MaxHostCallBytes); MaxResponseBytes caps a policy's
+	// answer (wasm.Config.MaxResponseBytes).
+	MaxHostCallBytes int
+	MaxResponseBytes int
+	NativeCELPolicy  bool
+	WatchPolicies    bool
 
 	// MaxInFlightBodyBytes bounds the bytes of request bodies held at once,
 	// across all connections; 0 is 4 × MaxRequestBodySize.
@@ -137,6 +143,8 @@ func DefaultOptions() Options {
 		CacheDir:           cache,
 		MemoryLimitMiB:     512,
 		MaxRequestBodySize: 16 << 20,
+		MaxHostCallBytes:   wasm.DefaultMaxHostCallBytes,
+		MaxResponseBytes:   wasm.DefaultMaxResponseBytes,
 		RequestReadTimeout: 10 * time.Second,
 		TLSMinVersion:      "1.2",
 		NativeCELPolicy:    true,
@@ -175,6 +183,8 @@ var flagEnv = map[string]string{
 	"memory-limit":                         "WARDEN_MEMORY_LIMIT",
 	"max-request-body-bytes":               "WARDEN_MAX_REQUEST_BODY_BYTES",
 	"max-in-flight-request-body-bytes":     "WARDEN_MAX_IN_FLIGHT_REQUEST_BODY_BYTES",
+	"max-host-call-payload-bytes":          "WARDEN_MAX_HOST_CALL_PAYLOAD_BYTES",
+	"max-policy-response-bytes":            "WARDEN_MAX_POLICY_RESPONSE_BYTES",
 	"request-read-timeout":                 "WARDEN_REQUEST_READ_TIMEOUT",
 	"tls-min-version":                      "WARDEN_TLS_MIN_VERSION",
 	"tls-cipher-suites":                    "WARDEN_TLS_CIPHER_SUITES",
@@ -220,6 +230,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "Directory of the compiled-module cache (empty: no cache)")
 	fs.IntVar(&o.MemoryLimitMiB, "memory-limit", o.MemoryLimitMiB, "Memory cap of one policy instance, in MiB")
 	fs.Int64Var(&o.MaxRequestBodySize, "max-request-body-bytes", o.MaxRequestBodySize, "Largest request body accepted")
+	fs.IntVar(&o.MaxHostCallBytes, "max-host-call-payload-bytes", o.MaxHostCallBytes, "Largest payload a policy may hand the host in one host call (a tracing/log line included); a larger call fails, naming this limit, and the policy gets that error")
+	fs.IntVar(&o.MaxResponseBytes, "max-policy-response-bytes", o.MaxResponseBytes, "Largest answer a wasm policy may give to one evaluation; a larger one is an evaluation error (allowed false, code 500) naming this limit")
 	fs.Int64Var(&o.MaxInFlightBodyBytes, "max-in-flight-request-body-bytes", o.MaxInFlightBodyBytes, "Most bytes of request bodies held in memory at once, across all connections; a request that cannot get its bytes within a second is answered 429 with Retry-After (0: 4 × --max-request-body-bytes)")
 	fs.DurationVar(&o.RequestReadTimeout, "request-read-timeout", o.RequestReadTimeout, "Longest time to receive a request, headers and body, on every listener (the headers alone: 10s at most); a slower webhook request is answered 408, and the connection closed")
 	fs.StringVar(&o.TLSMinVersion, "tls-min-version", o.TLSMinVersion, "Oldest TLS version accepted: 1.2 or 1.3 (or VersionTLS12, VersionTLS13)")
@@ -317,6 +329,12 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxInFlightBodyBytes < 0 || (o.MaxInFlightBodyBytes > 0 && o.MaxInFlightBodyBytes < o.MaxRequestBodySize) {
 		errs = append(errs, errors.New("--max-in-flight-request-body-bytes must be 0 or at least --max-request-body-bytes"))
+	}
+	if o.MaxHostCallBytes <= 0 {
+		errs = append(errs, errors.New("--max-host-call-payload-bytes must be positive"))
+	}
+	if o.MaxResponseBytes <= 0 {
+		errs = append(errs, errors.New("--max-policy-response-bytes must be positive"))
 	}
 	if o.RequestReadTimeout <= 0 {
 		errs = append(errs, errors.New("--request-read-timeout must be positive"))

@@ -145,6 +145,8 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		CacheDir:         opts.CacheDir,
 		Shared:           shared,
 		MemoryLimitBytes: uint64(opts.MemoryLimitMiB) << 20,
+		MaxHostCallBytes: opts.MaxHostCallBytes,
+		MaxResponseBytes: opts.MaxResponseBytes,
 		Logger:           logger,
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package wasm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 
@@ -17,11 +18,9 @@ type HostCaller interface {
 	HostCall(ctx context.Context, binding, namespace, operation string, payload []byte) ([]byte, error)
 }
 
-// Limits on what a guest may hand to the host in one call.
-const (
-	maxStdout = 64 << 20
-	maxStderr = 64 << 10
-)
+// maxStderr bounds what a guest writes on stderr in one call; the rest is
+// dropped. Its stdout is bounded by Config.MaxResponseBytes.
+const maxStderr = 64 << 10
 
 // callState is what the host functions of one guest call read and write.
 // It belongs to the goroutine running the call.
@@ -32,6 +31,9 @@ type callState struct {
 	ctx context.Context
 	// hostCalled records that the guest made a host call.
 	hostCalled bool
+	// responseTooLarge is the size of a waPC answer over the cap, which
+	// was not read; 0 when there is none.
+	responseTooLarge int
 
 	// waPC
 	op, payload                []byte
@@ -67,12 +69,14 @@ func stateOf(ctx context.Context) *callState {
 type boundedBuffer struct {
 	buf   []byte
 	limit int
+	over  bool // a write was refused
 }
 
 var errOutputTooLarge = errors.New("guest output exceeds the limit")
 
 func (b *boundedBuffer) Write(p []byte) (int, error) {
 	if len(b.buf)+len(p) > b.limit {
+		b.over = true
 		return 0, errOutputTooLarge
 	}
 	b.buf = append(b.buf, p...)
@@ -129,13 +133,22 @@ func (w stderrWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// newCallState returns a state ready for one guest call.
-func newCallState(host HostCaller) *callState {
+// newCallState returns a state ready for one guest call of r.
+func (r *Runtime) newCallState(host HostCaller) *callState {
 	return &callState{
 		host:   host,
-		stdout: boundedBuffer{limit: maxStdout},
+		stdout: boundedBuffer{limit: r.maxResponse},
 		stderr: boundedBuffer{limit: maxStderr},
 	}
+}
+
+// outputError is the error of a WASI run whose stdout went over the cap on
+// answers, nil when it did not.
+func (st *callState) outputError() error {
+	if !st.stdout.over {
+		return nil
+	}
+	return &ResponseTooLargeError{Limit: st.stdout.limit}
 }
 
 func (st *callState) stderrText() string {
@@ -166,7 +179,7 @@ func (r *Runtime) instantiateHostModules(ctx context.Context) error {
 	}
 	for _, name := range []string{wasiHostModule, javyHostModule} {
 		_, err := r.rt.NewHostModuleBuilder(name).
-			NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(wasiCall), i32x8, i32x1).Export(wasiHostCall).
+			NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(r.wasiCall), i32x8, i32x1).Export(wasiHostCall).
 			Instantiate(ctx)
 		if err != nil {
 			return err
@@ -202,13 +215,23 @@ func (r *Runtime) instantiateWapc(ctx context.Context) error {
 		writeGuest(m, stack[0], st.op)
 		writeGuest(m, stack[1], st.payload)
 	})
+	// An answer over the cap is not read: the call fails with
+	// ResponseTooLargeError (Wapc.Call).
 	export("__guest_response", i32x2, nil, func(ctx context.Context, m api.Module, stack []uint64) {
 		st := stateOf(ctx)
+		if n := int(api.DecodeU32(stack[1])); n > r.maxResponse {
+			st.responseTooLarge = n
+			return
+		}
 		st.guestResponse = readGuest(m, stack[0], stack[1])
 		st.hasResponse = true
 	})
 	export("__guest_error", i32x2, nil, func(ctx context.Context, m api.Module, stack []uint64) {
 		st := stateOf(ctx)
+		if n := int(api.DecodeU32(stack[1])); n > r.maxResponse {
+			st.responseTooLarge = n
+			return
+		}
 		st.guestError = readGuest(m, stack[0], stack[1])
 		st.hasError = true
 	})
@@ -216,7 +239,7 @@ func (r *Runtime) instantiateWapc(ctx context.Context) error {
 		st := stateOf(ctx)
 		st.hostResponse, st.hostError = nil, nil
 		st.hasHostResponse, st.hasHostEr = false, false
-		resp, err := hostCall(ctx, st, m, stack)
+		resp, err := r.hostCall(ctx, st, m, stack)
 		if err != nil {
 			st.hostError, st.hasHostEr = []byte(err.Error()), true
 			stack[0] = 0
@@ -237,8 +260,15 @@ func (r *Runtime) instantiateWapc(ctx context.Context) error {
 	export("__host_error", i32x1, nil, func(ctx context.Context, m api.Module, stack []uint64) {
 		writeGuest(m, stack[0], stateOf(ctx).hostError)
 	})
+	// A message over the cap on host-call payloads is cut there.
 	export("__console_log", i32x2, nil, func(ctx context.Context, m api.Module, stack []uint64) {
-		r.logger.InfoContext(ctx, "policy console output", "message", string(readGuest(m, stack[0], stack[1])))
+		n := api.DecodeU32(stack[1])
+		if int(n) <= r.maxHostCall {
+			r.logger.InfoContext(ctx, "policy console output", "message", string(readGuest(m, stack[0], stack[1])))
+			return
+		}
+		r.logger.InfoContext(ctx, "policy console output", "message", string(readGuest(m, stack[0], uint64(r.maxHostCall))),
+			"truncated_bytes", int(n)-r.maxHostCall)
 	})
 	_, err := b.Instantiate(ctx)
 	return err
@@ -247,9 +277,9 @@ func (r *Runtime) instantiateWapc(ctx context.Context) error {
 // wasiCall implements host.call (docs/compatibility.md#wasi-protocol): the same
 // arguments as waPC's __host_call, 0 on success and 1 on failure, the answer
 // appended to stdin.
-func wasiCall(ctx context.Context, m api.Module, stack []uint64) {
+func (r *Runtime) wasiCall(ctx context.Context, m api.Module, stack []uint64) {
 	st := stateOf(ctx)
-	resp, err := hostCall(ctx, st, m, stack)
+	resp, err := r.hostCall(ctx, st, m, stack)
 	if st == nil {
 		stack[0] = 1
 		return
@@ -269,9 +299,20 @@ type unknownBindingError struct{ binding string }
 
 func (e unknownBindingError) Error() string { return "unknown binding: " + e.binding }
 
-func hostCall(ctx context.Context, st *callState, m api.Module, stack []uint64) ([]byte, error) {
+// hostCall reads a host call's arguments out of guest memory and asks the
+// call's HostCaller. A payload over the cap is refused unread
+// (HostCallTooLargeError). The host call is bounded by the deadline of the
+// guest call it belongs to: when that passes first, the guest call ends
+// there (the guest is not resumed, and the call returns
+// ErrDeadlineExceeded), and the host's answer, when it comes, is dropped.
+func (r *Runtime) hostCall(ctx context.Context, st *callState, m api.Module, stack []uint64) ([]byte, error) {
 	if st != nil {
 		st.hostCalled = true
+	}
+	size := uint64(api.DecodeU32(stack[1])) + uint64(api.DecodeU32(stack[3])) +
+		uint64(api.DecodeU32(stack[5])) + uint64(api.DecodeU32(stack[7]))
+	if size > uint64(r.maxHostCall) {
+		return nil, &HostCallTooLargeError{Size: size, Limit: r.maxHostCall}
 	}
 	binding := string(readGuest(m, stack[0], stack[1]))
 	namespace := string(readGuest(m, stack[2], stack[3]))
@@ -291,7 +332,52 @@ func hostCall(ctx context.Context, st *callState, m api.Module, stack []uint64) 
 	if st.ctx != nil {
 		ctx = st.ctx
 	}
-	return st.host.HostCall(ctx, binding, namespace, operation, payload)
+	return boundedHostCall(ctx, st.host, binding, namespace, operation, payload)
+}
+
+// boundedHostCall runs one host call within ctx, even when the host does not
+// honour ctx: past ctx's end it panics with errHostCallAbandoned, which ends
+// the guest call (its guard has set the interrupt flag: the caller reports
+// the deadline), and leaves the host call to finish on its own.
+func boundedHostCall(ctx context.Context, host HostCaller, binding, namespace, operation string, payload []byte) ([]byte, error) {
+	if ctx.Done() == nil {
+		return host.HostCall(ctx, binding, namespace, operation, payload)
+	}
+	if ctx.Err() != nil {
+		panic(errHostCallAbandoned)
+	}
+	type answer struct {
+		b   []byte
+		err error
+	}
+	done := make(chan answer, 1) // the host never waits on it
+	go func() {
+		b, err := host.HostCall(ctx, binding, namespace, operation, payload)
+		done <- answer{b, err}
+	}()
+	select {
+	case a := <-done:
+		if ctx.Err() != nil {
+			panic(errHostCallAbandoned) // the deadline passed meanwhile
+		}
+		return a.b, a.err
+	case <-ctx.Done():
+		panic(errHostCallAbandoned)
+	}
+}
+
+// errHostCallAbandoned ends a guest call whose host call outlived it.
+var errHostCallAbandoned = errors.New("host call abandoned: the guest call's deadline passed")
+
+// HostCallTooLargeError is the error a guest gets for a host call whose
+// arguments are over the cap (Config.MaxHostCallBytes).
+type HostCallTooLargeError struct {
+	Size  uint64
+	Limit int
+}
+
+func (e *HostCallTooLargeError) Error() string {
+	return fmt.Sprintf("the host call's payload of %d bytes is over the limit of %d bytes per host call (--max-host-call-payload-bytes)", e.Size, e.Limit)
 }
 
 // readGuest copies len bytes at ptr out of guest memory; out-of-range reads
@@ -313,3 +399,17 @@ func writeGuest(m api.Module, ptr uint64, b []byte) {
 }
 
 var errGuestOutOfBounds = errors.New("guest passed a buffer outside its memory")
+
+// ResponseTooLargeError is a guest call whose answer was over the cap on
+// answers (Config.MaxResponseBytes); the answer was not read.
+type ResponseTooLargeError struct {
+	Size  int // bytes of the answer; 0 when unknown (WASI stdout stops at the cap)
+	Limit int
+}
+
+func (e *ResponseTooLargeError) Error() string {
+	if e.Size > 0 {
+		return fmt.Sprintf("the policy's response is %d bytes, over the limit of %d bytes per response (--max-policy-response-bytes)", e.Size, e.Limit)
+	}
+	return fmt.Sprintf("the policy's response is over the limit of %d bytes per response (--max-policy-response-bytes)", e.Limit)
+}

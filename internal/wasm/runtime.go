@@ -1,6 +1,7 @@
 package wasm
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -40,7 +41,24 @@ type Config struct {
 	// Logger receives guest console output (waPC __console_log). Nil
 	// discards it.
 	Logger *slog.Logger
+	// MaxHostCallBytes caps the payload a guest hands the host in one host
+	// call (waPC __host_call, WASI host.call) and in one __console_log: a
+	// larger one is refused without being read, and the guest gets a
+	// *HostCallTooLargeError's text as the call's error. Zero means
+	// DefaultMaxHostCallBytes.
+	MaxHostCallBytes int
+	// MaxResponseBytes caps a guest's answer (waPC __guest_response or
+	// __guest_error, WASI stdout): a call whose answer is larger fails
+	// with a *ResponseTooLargeError, without the answer being read. Zero
+	// means DefaultMaxResponseBytes.
+	MaxResponseBytes int
 }
+
+// Defaults of the caps on what a guest hands the host.
+const (
+	DefaultMaxHostCallBytes = 1 << 20
+	DefaultMaxResponseBytes = 16 << 20
+)
 
 // DefaultMemoryLimitBytes is the memory cap of an instance when
 // Config.MemoryLimitBytes is zero.
@@ -55,6 +73,9 @@ type Runtime struct {
 	cache    wazero.CompilationCache
 	memLimit uint64
 	logger   *slog.Logger
+	// maxHostCall and maxResponse are Config.MaxHostCallBytes and
+	// Config.MaxResponseBytes.
+	maxHostCall, maxResponse int
 	// guestSlots bounds the goroutines running guest code at once to
 	// GOMAXPROCS-1 (at least 1), as of NewRuntime. The Go scheduler cannot
 	// preempt guest machine code, so a free P is what lets the timers that
@@ -134,16 +155,18 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	defer codeMu.Unlock()
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
 	r := &Runtime{
-		rt:         rt,
-		codeDir:    codeDir,
-		cache:      cache,
-		cacheDir:   cfg.CacheDir,
-		shared:     cfg.Shared,
-		memLimit:   pages * pageSize,
-		logger:     logger,
-		guestSlots: newScheduler(slots, runtime.NumCPU()),
-		slots:      slots,
-		compiled:   map[string]*compileEntry{},
+		rt:          rt,
+		codeDir:     codeDir,
+		cache:       cache,
+		cacheDir:    cfg.CacheDir,
+		shared:      cfg.Shared,
+		memLimit:    pages * pageSize,
+		logger:      logger,
+		maxHostCall: cmp.Or(max(cfg.MaxHostCallBytes, 0), DefaultMaxHostCallBytes),
+		maxResponse: cmp.Or(max(cfg.MaxResponseBytes, 0), DefaultMaxResponseBytes),
+		guestSlots:  newScheduler(slots, runtime.NumCPU()),
+		slots:       slots,
+		compiled:    map[string]*compileEntry{},
 	}
 	if err := r.instantiateHostModules(ctx); err != nil {
 		_ = r.rt.Close(ctx)

@@ -85,7 +85,7 @@ func (r *Runtime) NewWapc(ctx context.Context, m *Module, maxIdle int) (*Wapc, e
 // mapping of snap when given).
 func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, error) {
 	in := &instance{r: w.r, sink: &stdio{}}
-	st := newCallState(nil)
+	st := w.r.newCallState(nil)
 	in.sink.call = st
 	var memErr error
 	ictx := context.WithValue(in.withMemory(ctx, snap, &memErr), callKey{}, st)
@@ -113,7 +113,7 @@ func (w *Wapc) instantiate(ctx context.Context, snap *memSnapshot) (*instance, e
 // functions. proc_exit(0) from one of them is not an error (TinyGo's _start
 // ends that way).
 func (w *Wapc) initialise(ctx context.Context, in *instance) error {
-	st := newCallState(nil)
+	st := w.r.newCallState(nil)
 	in.sink.call = st
 	defer func() { in.sink.call = nil }()
 	cctx := context.WithValue(ctx, callKey{}, st)
@@ -214,7 +214,7 @@ func (w *Wapc) Call(ctx context.Context, host HostCaller, op string, payload []b
 	if err != nil {
 		return nil, err
 	}
-	st := newCallState(host)
+	st := w.r.newCallState(host)
 	st.op, st.payload = []byte(op), payload
 	in.sink.call = st
 	done := in.guard(ctx)
@@ -230,6 +230,9 @@ func (w *Wapc) Call(ctx context.Context, host HostCaller, op string, payload []b
 		return nil, &GuestCallError{Msg: err.Error(), err: err}
 	}
 	w.put(ctx, in)
+	if st.responseTooLarge > 0 {
+		return nil, &ResponseTooLargeError{Size: st.responseTooLarge, Limit: w.r.maxResponse}
+	}
 	if res[0] == 1 {
 		if st.hasResponse {
 			return st.guestResponse, nil

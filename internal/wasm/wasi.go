@@ -37,7 +37,7 @@ var errNotCommand = errors.New("the module does not export _start: it is not a W
 
 // runWASI is RunWASI on a guest slot the caller holds.
 func (r *Runtime) runWASI(ctx context.Context, m *Module, host HostCaller, command string, input []byte) (WASIResult, error) {
-	st := newCallState(host)
+	st := r.newCallState(host)
 	st.stdin = input
 	sink := &stdio{call: st}
 	cctx := context.WithValue(ctx, callKey{}, st)
@@ -60,6 +60,9 @@ func (r *Runtime) runWASI(ctx context.Context, m *Module, host HostCaller, comma
 	}
 	interrupted := done()
 	res := WASIResult{Stdout: st.stdout.buf, Stderr: st.stderrText()}
+	if tooLarge := st.outputError(); tooLarge != nil && !interrupted {
+		return WASIResult{Stderr: res.Stderr}, tooLarge
+	}
 	if err != nil {
 		var exit *exitPanic
 		if errors.As(err, &exit) && exit.code == 0 && !interrupted {

@@ -118,7 +118,7 @@ func (p *WASIPool) Run(ctx context.Context, host HostCaller, input []byte) (WASI
 		// anything behind.
 		return p.r.runWASI(ctx, p.mod, host, p.command, input)
 	}
-	st := newCallState(host)
+	st := p.r.newCallState(host)
 	st.ctx = ctx
 	st.stdin = input
 	req := &wasiRequest{ctx: ctx, st: st, reply: make(chan wasiOutcome, 1)}
@@ -315,6 +315,9 @@ func (in *wasiInstance) run(first *wasiRequest) {
 	// possible. Traps and deadlines decide nothing.
 	var exitErr *ExitError
 	ended := err == nil || errors.As(err, &exitErr)
+	if tooLarge := req.st.outputError(); tooLarge != nil && !irq {
+		res.Stdout, err = nil, tooLarge
+	}
 	if !irq && (in.noSnapshot || (ended && in.snap == nil) || (returned && in.snap != nil)) {
 		p.fresh.Store(true)
 	}
@@ -398,6 +401,9 @@ func (in *wasiInstance) exit(m api.Module, code uint32) {
 	var err error
 	if code != 0 || irq {
 		err = callError(req.ctx, &exitPanic{code: code}, res.Stderr, irq)
+	}
+	if tooLarge := req.st.outputError(); tooLarge != nil && !irq {
+		res.Stdout, err = nil, tooLarge
 	}
 	keep := !irq && !in.fdClosed && m.Memory().Size() == s.memSize && in.restore(s.globals) == nil && in.pool.put(in)
 	req.reply <- wasiOutcome{res: res, err: err}
