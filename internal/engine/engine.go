@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -32,6 +33,43 @@ type Recorder interface {
 	RecordEvaluation(ctx context.Context, e observability.Evaluation, latency time.Duration)
 	RecordInitializationError(ctx context.Context, policyName, err string)
 }
+
+// failureReportKey is the context key of WithFailureReport's function.
+type failureReportKey struct{}
+
+// WithFailureReport returns a context under which the engine calls report
+// for every evaluation that failed: the policy could not answer (it trapped,
+// ran out of time or memory, answered over the cap or with garbage, or
+// failed to load), and the response is the internal-error rejection of that
+// failure. A rejection by the policy itself is not a failure. report may be
+// called from several goroutines at once (the members of a group).
+func WithFailureReport(ctx context.Context, report func(policyID, reason string)) context.Context {
+	return context.WithValue(ctx, failureReportKey{}, report)
+}
+
+// failed returns the response of an evaluation of p that failed, and
+// reports the failure to the context's WithFailureReport.
+func failed(ctx context.Context, p *Policy, resp *admission.Response) *admission.Response {
+	if report, ok := ctx.Value(failureReportKey{}).(func(string, string)); ok && resp.Status != nil {
+		report(p.ID, resp.Status.Message)
+	}
+	return resp
+}
+
+// NotEvaluatedError is returned for a request whose context was done
+// before its evaluation started: its client has gone (or gave up), and
+// nobody would read the answer.
+type NotEvaluatedError struct {
+	PolicyID string
+	err      error
+}
+
+func (e *NotEvaluatedError) Error() string {
+	return fmt.Sprintf("policy %q not evaluated: the client has gone: %v", e.PolicyID, e.err)
+}
+
+// Unwrap returns the context's error.
+func (e *NotEvaluatedError) Unwrap() error { return e.err }
 
 // PolicyNotFoundError is returned for a policy id the engine does not have.
 type PolicyNotFoundError struct{ ID string }
@@ -116,7 +154,7 @@ func (e *Engine) Validate(ctx context.Context, policyID string, req *admission.R
 		e.recorder.RecordEvaluation(ctx, rec, time.Since(start))
 		return &admission.Response{UID: req.UID, Allowed: true}, nil
 	}
-	return e.run(ctx, p, start, rec, admissionRequest(req), origin == OriginValidate), nil
+	return e.run(ctx, p, start, rec, admissionRequest(req), origin == OriginValidate)
 }
 
 // ValidateRaw evaluates a raw request (docs/compatibility.md#raw-policies): any
@@ -129,7 +167,7 @@ func (e *Engine) ValidateRaw(ctx context.Context, policyID string, req *admissio
 		return nil, &PolicyNotFoundError{ID: policyID}
 	}
 	rec := observability.Evaluation{PolicyName: policyID, PolicyMode: p.Mode, Raw: true}
-	return e.run(ctx, p, start, rec, rawRequest(req), true), nil
+	return e.run(ctx, p, start, rec, rawRequest(req), true)
 }
 
 // request is one request to evaluate, as it goes unchanged from Validate or
@@ -171,14 +209,21 @@ func rawRequest(req *admission.RawRequest) request {
 // run answers a request with policy p: its load error if it failed to load,
 // else its evaluation, post-processed when asked (not for audits). The
 // metrics record the policy's own answer, before post-processing, as
-// Kubewarden's do.
+// Kubewarden's do. A request whose context is done before its evaluation
+// starts is not evaluated nor recorded: *NotEvaluatedError.
 func (e *Engine) run(ctx context.Context, p *Policy, start time.Time, rec observability.Evaluation,
-	req request, postProcess bool) *admission.Response {
+	req request, postProcess bool) (*admission.Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &NotEvaluatedError{PolicyID: p.ID, err: err}
+	}
 	if p.initErr != nil {
 		e.recorder.RecordInitializationError(ctx, p.ID, p.initErr.Error())
-		return reject(req.uid, p.initErr.Error(), 500)
+		return failed(ctx, p, reject(req.uid, p.initErr.Error(), 500)), nil
 	}
 	resp, mutatedObject := e.evaluate(ctx, p, req)
+	if resp == nil {
+		return nil, &NotEvaluatedError{PolicyID: p.ID, err: ctx.Err()}
+	}
 	rec.Accepted, rec.Mutated = resp.Allowed, resp.Patch != nil
 	if resp.Status != nil {
 		rec.ErrorCode = resp.Status.Code
@@ -187,12 +232,13 @@ func (e *Engine) run(ctx context.Context, p *Policy, start time.Time, rec observ
 		resp = e.postProcess(ctx, p, resp, mutatedObject)
 	}
 	e.recorder.RecordEvaluation(ctx, rec, time.Since(start))
-	return resp
+	return resp, nil
 }
 
 // evaluate runs the policy and converts its answer; failures become
 // rejections with code 500, as in Kubewarden. It also returns the mutated
-// object, for the monitor-mode log.
+// object, for the monitor-mode log. The response is nil when ctx was done
+// before the evaluation started (the client has gone).
 func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admission.Response, json.RawMessage) {
 	if p.group != nil {
 		return e.evaluateGroup(ctx, p, req), nil
@@ -210,9 +256,16 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admissi
 		if errors.Is(err, errQueueFull) || ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			e.logger.WarnContext(ctx, "policy evaluation not run: the policy's earlier requests hold its turns",
 				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, observability.KeyError, err)
-			return reject(uid, msgTimeout, 500), nil
+			return failed(ctx, p, reject(uid, msgTimeout, 500)), nil
 		}
-		return internalError(uid, err.Error()), nil
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return failed(ctx, p, internalError(uid, err.Error())), nil
+	}
+	if ctx.Err() != nil { // the client left while the request waited
+		release()
+		return nil, nil
 	}
 	vr, err := p.run.validate(cctx, p.host, req, p.settings)
 	release()
@@ -220,10 +273,10 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admissi
 		if errors.Is(err, wasm.ErrDeadlineExceeded) {
 			e.logger.ErrorContext(ctx, "policy evaluation exceeded its time limit",
 				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid)
-			return reject(uid, msgTimeout, 500), nil
+			return failed(ctx, p, reject(uid, msgTimeout, 500)), nil
 		}
 		if ce, ok := asContextError(err); ok {
-			return reject(uid, ce.msg, 500), nil
+			return failed(ctx, p, reject(uid, ce.msg, 500)), nil
 		}
 		e.logger.ErrorContext(ctx, "policy evaluation failed",
 			observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, observability.KeyError, err)
@@ -231,11 +284,11 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admissi
 			e.logger.DebugContext(ctx, "guest stderr of the failed evaluation",
 				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, "stderr", stderr)
 		}
-		return internalError(uid, err.Error()), nil
+		return failed(ctx, p, internalError(uid, err.Error())), nil
 	}
 	resp, err := toAdmissionResponse(uid, req.object, vr)
 	if err != nil {
-		return internalError(uid, err.Error()), nil
+		return failed(ctx, p, internalError(uid, err.Error())), nil
 	}
 	return resp, vr.MutatedObject
 }

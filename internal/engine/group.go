@@ -82,6 +82,8 @@ func (e *Engine) evaluateGroup(ctx context.Context, p *Policy, req request) *adm
 	allowed, err := g.expr.Eval(func(name string) bool {
 		resp, _ := e.evaluate(ctx, g.members[name], req)
 		switch {
+		case resp == nil: // the client has gone: the answer is not read
+			return false
 		case resp.Patch != nil:
 			rejected[name] = msgGroupMutation
 			return false

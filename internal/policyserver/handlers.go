@@ -352,11 +352,18 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 }
 
 // evaluationError answers a request that could not be evaluated: 404 for an
-// unknown policy, else 500, which also marks its span failed.
+// unknown policy, 503 for a request whose client has gone before its
+// evaluation started, else 500, which also marks its span failed.
 func (s *Server) evaluationError(w http.ResponseWriter, r *http.Request, id string, err error, span observability.RequestSpan) {
 	var notFound *engine.PolicyNotFoundError
 	if errors.As(err, &notFound) {
 		writeError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	var notEvaluated *engine.NotEvaluatedError
+	if errors.As(err, &notEvaluated) { // nobody reads this answer
+		s.logger.DebugContext(r.Context(), "evaluation not started: the client has gone", observability.KeyPolicyID, id)
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
 	span.SetError(err)
