@@ -27,6 +27,8 @@ func TestDecodeRequest(t *testing.T) {
 		{name: "raw, bare", doc: `{"user": "alice"}`, raw: true, wantRaw: `{"user":"alice"}`},
 		{name: "raw, not an object", doc: `[1, 2]`, raw: true, wantRaw: `[1,2]`},
 		{name: "review without request", doc: `{"kind":"AdmissionReview","request":null}`, wantErr: "the AdmissionReview has no request"},
+		{name: "review with no request key", doc: `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`, wantErr: "decoding the request: the AdmissionReview has no request"},
+		{name: "YAML review with no request key", doc: "apiVersion: admission.k8s.io/v1\nkind: AdmissionReview\nresponse: {uid: x}\n", wantErr: "decoding the request: the AdmissionReview has no request"},
 		{name: "not a request", doc: `{"a": 1}`, wantErr: "it has neither operation nor kind"},
 		{name: "a list", doc: `[1]`, wantErr: "it must be an AdmissionReview or an AdmissionRequest object"},
 		{name: "empty", doc: " \n", wantErr: "the document is empty"},

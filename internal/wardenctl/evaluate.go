@@ -57,6 +57,10 @@ type sessionOptions struct {
 	// host calls. Nil: registries (under Remote's sources and credentials),
 	// DNS and certificates are answered, Kubernetes is not.
 	HostCapabilities engine.HostCapabilities
+	// MaxHostCallBytes and MaxResponseBytes are the runtime's caps on a
+	// host call's payload and on a policy's answer (wasm.Config); 0: the
+	// runtime's defaults.
+	MaxHostCallBytes, MaxResponseBytes int
 }
 
 // session is a loaded engine and the runtime it runs on.
@@ -71,7 +75,7 @@ type session struct {
 // remote modules into the store.
 func (a *app) loadSession(ctx context.Context, configs map[string]*engine.PolicyConfig, o sessionOptions) (*session, error) {
 	logger := a.logger()
-	cfg := wasm.Config{Logger: logger}
+	cfg := wasm.Config{Logger: logger, MaxHostCallBytes: o.MaxHostCallBytes, MaxResponseBytes: o.MaxResponseBytes}
 	if !o.DisableCache {
 		cfg.CacheDir = a.wasmCacheDir()
 	}
@@ -211,6 +215,9 @@ func decodeRequest(doc []byte, raw bool) (*admission.Request, json.RawMessage, e
 		return nil, nil, fmt.Errorf("decoding the request: it must be an AdmissionReview or an AdmissionRequest object: %w", err)
 	}
 	inner, wrapped := top["request"]
+	if !wrapped && !raw && isReview(top) {
+		return nil, nil, fmt.Errorf("decoding the request: %w", admission.ErrNoRequest)
+	}
 	if raw {
 		if wrapped {
 			return nil, inner, nil
@@ -231,6 +238,14 @@ func decodeRequest(doc []byte, raw bool) (*admission.Request, json.RawMessage, e
 		return nil, nil, errors.New("decoding the request: it has neither operation nor kind: is it an AdmissionReview or an AdmissionRequest?")
 	}
 	return req, nil, nil
+}
+
+// isReview reports whether a decoded document is an AdmissionReview (its
+// kind says so), which is never an AdmissionRequest: that one's kind is an
+// object.
+func isReview(top map[string]json.RawMessage) bool {
+	var kind string
+	return json.Unmarshal(top["kind"], &kind) == nil && kind == "AdmissionReview"
 }
 
 // toJSON converts a YAML or JSON document to compact JSON, which is what
@@ -328,4 +343,38 @@ func (o *SettingsOptions) load() (json.RawMessage, error) {
 		return nil, errors.New("decoding settings: the settings must be an object")
 	}
 	return js, nil
+}
+
+// defaultMaxRequestFileBytes is the default of --max-request-file-bytes:
+// the policy server's default --max-request-body-bytes.
+const defaultMaxRequestFileBytes = 16 << 20
+
+// readRequestFile reads a request file, or standard input for "-", of at
+// most limit bytes: a regular file over it is refused before any of it is
+// read, anything else once limit bytes have been read.
+func (a *app) readRequestFile(path string, limit int64) ([]byte, error) {
+	over := func(what string) error {
+		return fmt.Errorf("%s, over the limit of %d bytes (--max-request-file-bytes)", what, limit)
+	}
+	var r io.Reader = a.in
+	name := "standard input"
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > limit {
+			return nil, over(fmt.Sprintf("the request file %s is %d bytes", path, fi.Size()))
+		}
+		r, name = f, path
+	}
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, over("the request in " + name + " is more than that")
+	}
+	return b, nil
 }

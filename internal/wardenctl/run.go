@@ -11,6 +11,7 @@ import (
 
 	"github.com/wardenhq/warden/internal/admission"
 	"github.com/wardenhq/warden/internal/engine"
+	"github.com/wardenhq/warden/internal/wasm"
 )
 
 // RunOptions are the flags of run, shared by bench.
@@ -40,6 +41,12 @@ type RunOptions struct {
 	// ReplayHostCapabilities, when set, is a session file (kwctl's format)
 	// that answers the host calls instead of registries, DNS and clusters.
 	ReplayHostCapabilities string
+	// MaxRequestFileBytes is the largest request file read
+	// (--max-request-file-bytes).
+	MaxRequestFileBytes int64
+	// MaxHostCallBytes and MaxResponseBytes cap a host call's payload and
+	// a policy's answer, as the policy server's flags of the same names.
+	MaxHostCallBytes, MaxResponseBytes int
 }
 
 // AddFlags registers the flags, with kwctl's names.
@@ -57,6 +64,9 @@ func (o *RunOptions) AddFlags(cmd *cobra.Command) {
 	f.BoolVar(&o.DisableWasmtimeCache, "disable-wasmtime-cache", false, "Do not use the cache of compiled modules")
 	f.StringVar(&o.RecordHostCapabilities, "record-host-capabilities-interactions", "", "Write the policy's host calls and their answers to `FILE`, a session that --replay-host-capabilities-interactions can replay")
 	f.StringVar(&o.ReplayHostCapabilities, "replay-host-capabilities-interactions", "", "Answer the policy's host calls from the session in `FILE` (recorded by wardenctl or kwctl), without reaching registries, DNS or Kubernetes")
+	f.Int64Var(&o.MaxRequestFileBytes, "max-request-file-bytes", defaultMaxRequestFileBytes, "Largest request file (or standard input) read; a larger one is refused before it is read")
+	f.IntVar(&o.MaxHostCallBytes, "max-host-call-payload-bytes", wasm.DefaultMaxHostCallBytes, "Largest payload the policy may hand the host in one host call; a larger call fails, and the policy gets that error")
+	f.IntVar(&o.MaxResponseBytes, "max-policy-response-bytes", wasm.DefaultMaxResponseBytes, "Largest answer the policy may give; a larger one fails the evaluation")
 }
 
 // Validate checks the flags.
@@ -69,6 +79,9 @@ func (o *RunOptions) Validate() error {
 	}
 	if err := o.Remote.Verification.Validate(); err != nil {
 		return err
+	}
+	if o.MaxRequestFileBytes <= 0 || o.MaxHostCallBytes <= 0 || o.MaxResponseBytes <= 0 {
+		return &usageError{errors.New("--max-request-file-bytes, --max-host-call-payload-bytes and --max-policy-response-bytes must be positive")}
 	}
 	if o.RecordHostCapabilities != "" && o.ReplayHostCapabilities != "" {
 		return &usageError{errors.New("--record-host-capabilities-interactions and --replay-host-capabilities-interactions cannot be used together")}
@@ -127,7 +140,7 @@ func (a *app) prepare(ctx context.Context, arg string, o *RunOptions) (*prepared
 		}}}
 	}
 	grantCapabilities(policies, o.AllowedHostCapabilities)
-	doc, err := a.readInput(o.RequestPath)
+	doc, err := a.readRequestFile(o.RequestPath, o.MaxRequestFileBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +157,8 @@ func (a *app) prepare(ctx context.Context, arg string, o *RunOptions) (*prepared
 		ExecutionMode:    mode,
 		DisableCache:     o.DisableWasmtimeCache,
 		HostCapabilities: hostCaps.host,
+		MaxHostCallBytes: o.MaxHostCallBytes,
+		MaxResponseBytes: o.MaxResponseBytes,
 	})
 	if err != nil {
 		hostCaps.close()
@@ -164,7 +179,9 @@ func (a *app) runCommand() *cobra.Command {
 			"digest prefix of a policy in the store, or a YAML file of ClusterAdmissionPolicy, " +
 			"AdmissionPolicy and policy group resources (their module, settings and members are used, " +
 			"and each is evaluated with the same request). The policy runs in protect mode and may mutate. " +
-			"A rejection is an answer: the exit code is 0 whenever the request was evaluated.",
+			"A rejection is an answer: the exit code is 0 when the policy answered, accepting or rejecting. " +
+			"When the policy's evaluation failed (it trapped, ran out of time or memory, or its answer was " +
+			"unreadable or over --max-policy-response-bytes), the response is printed and the exit code is 1.",
 		Args: args(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			ctx := cmd.Context()
@@ -185,8 +202,13 @@ func (a *app) runCommand() *cobra.Command {
 }
 
 // runPolicies evaluates the request with every policy and prints the
-// answers.
+// answers. An evaluation that failed (not a rejection) is an error, once
+// every answer is printed.
 func (a *app) runPolicies(ctx context.Context, p *prepared) error {
+	var failures []string
+	ctx = engine.WithFailureReport(ctx, func(policyID, reason string) {
+		failures = append(failures, fmt.Sprintf("the evaluation of %s failed: %s", policyID, reason))
+	})
 	for _, pol := range p.policies {
 		resp, err := p.sess.evaluate(ctx, pol.ID, p.req, p.raw)
 		if err != nil {
@@ -199,6 +221,9 @@ func (a *app) runPolicies(ctx context.Context, p *prepared) error {
 		if _, err := fmt.Fprintf(a.out, "%s\n", b); err != nil {
 			return err
 		}
+	}
+	if len(failures) > 0 {
+		return errors.New(strings.Join(failures, "; "))
 	}
 	return nil
 }
