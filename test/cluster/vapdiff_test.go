@@ -42,9 +42,6 @@ import (
 // them under the same id. A difference missing here fails TestVAPDiff, and
 // so does an entry that no longer differs.
 var vapKnownDifferences = []vapKnownDifference{
-	{"kubepolicy-rule-operations", "kubepolicy", "match-namespaces/validate-namespace-name", "", "refusal",
-		"kubepolicy.Load accepts matchConstraints.resourceRules without operations, which the API server requires"},
-
 	{"scaffold-namespace-object", "scaffold", "with-namespaceObject-1/check-deployment-namespace", "Deployment bad-deployment", "message",
 		"builtin://cel cannot read namespaceObject: an internal error instead of the validation's message"},
 	{"scaffold-namespace-object", "scaffold", "with-namespaceObject-1/check-deployment-namespace", "Deployment good-deployment", "allowed",
