@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -40,11 +41,15 @@ import (
 // minutes, then a burst of rejections scraped every 15 seconds, the
 // interval the dashboard's $__rate_interval (1m) is chosen for. The
 // rejection alert compares the burst with the hour before it.
-var (
-	quietRounds, quietInterval = 15, 5 * time.Minute
-	burstRounds, burstInterval = 8, 15 * time.Second
-	start                      = time.Unix(1_800_000_000, 0)
+const (
+	quietRounds   = 15
+	quietInterval = 5 * time.Minute
+	burstRounds   = 8
+	burstInterval = 15 * time.Second
 )
+
+// start is the timestamp of the first scrape.
+var start = time.Unix(1_800_000_000, 0)
 
 // Target labels, as the chart's PodMonitor and ServiceMonitor give them to
 // the policy servers' and the controller's series (the policy_server label
@@ -203,11 +208,10 @@ func checkSelectorsMatch(t *testing.T, st storage.Queryable, expr string, at tim
 	})
 }
 
+// withInstance returns target's labels with instance, the scraped address.
 func withInstance(target map[string]string, addr fmt.Stringer) map[string]string {
-	out := map[string]string{"instance": addr.String()}
-	for k, v := range target {
-		out[k] = v
-	}
+	out := maps.Clone(target)
+	out["instance"] = addr.String()
 	return out
 }
 

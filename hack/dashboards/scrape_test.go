@@ -59,7 +59,7 @@ func (s *scraper) scrape(t *testing.T, url string, target map[string]string, ts 
 		for k, v := range target {
 			b.Set(k, v)
 		}
-		b.Set(labels.MetricName, name)
+		b.Set(model.MetricNameLabel, name)
 		if _, err := app.Append(0, b.Labels(), ms, v); err != nil {
 			t.Fatalf("storing %s: %v", name, err)
 		}
