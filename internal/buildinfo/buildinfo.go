@@ -9,6 +9,10 @@ import "runtime/debug"
 // otherwise it is the module version recorded in the binary, or "dev".
 var Version = ""
 
+// KubewardenVersion is the Kubewarden release whose behaviour Warden's
+// binaries match; policies' minimumKubewardenVersion is checked against it.
+const KubewardenVersion = "1.36.0"
+
 // String returns the version.
 func String() string {
 	if Version != "" {

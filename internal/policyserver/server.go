@@ -29,7 +29,7 @@ import (
 
 // CompatVersion is the Kubewarden release whose policy-server behaviour
 // Warden matches; policies' minimumKubewardenVersion is checked against it.
-const CompatVersion = "1.36.0"
+const CompatVersion = buildinfo.KubewardenVersion
 
 // serviceName is the OTLP service.name of the metrics and spans, unless
 // OTEL_SERVICE_NAME says otherwise.

@@ -7,12 +7,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/wardenhq/warden/internal/buildinfo"
-	"github.com/wardenhq/warden/internal/policyserver"
 )
 
 // compatVersion is the Kubewarden release Warden matches; policies'
 // minimumKubewardenVersion is checked against it, as the policy server does.
-const compatVersion = policyserver.CompatVersion
+const compatVersion = buildinfo.KubewardenVersion
 
 func versionLine() string {
 	return fmt.Sprintf("wardenctl (Warden) %s, compatible with Kubewarden %s", buildinfo.String(), compatVersion)
