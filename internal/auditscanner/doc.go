@@ -14,6 +14,14 @@
 // object's report: an OpenReports Report/ClusterReport (openreports.io/v1alpha1)
 // or a legacy PolicyReport/ClusterPolicyReport (wgpolicyk8s.io/v1alpha2).
 //
+// Kubernetes' own ValidatingAdmissionPolicies are audited too
+// (kubepolicies.go; --disable-kubernetes-policies turns it off): each run
+// lists them with their bindings and params once, and evaluates the
+// objects in process with the API server's admission plugin
+// (internal/kubepolicy), one result per binding and validation, named
+// vap/<policy>/<binding>, in the same reports
+// (docs/audit-scanner.md#kubernetes-validatingadmissionpolicies).
+//
 // Where Warden goes further than Kubewarden, to be lighter on the API server:
 //   - a report whose contents, timestamps aside, did not change since the
 //     previous run is not written at all, and the scope's reports of objects
@@ -50,5 +58,7 @@
 // incomplete.
 //
 // It must not import the policy server, the controller, or wasm packages: it
-// talks to them over HTTP and the Kubernetes API only.
+// talks to them over HTTP and the Kubernetes API only. The one evaluation
+// code it links is internal/kubepolicy, for the ValidatingAdmissionPolicies,
+// which runs no wasm.
 package auditscanner

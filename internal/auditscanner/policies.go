@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -83,15 +84,62 @@ type policyResolver interface {
 	auditURL(ctx context.Context, p policiesv1.Policy) (string, error)
 }
 
-// auditPolicy is a policy selected for a scope.
+// auditPolicy is what evaluates objects for one result of a report: a
+// Warden policy, through its policy server's /audit, or one validation of
+// a ValidatingAdmissionPolicy binding, in process.
 type auditPolicy struct {
-	policy policiesv1.Policy
-	// name is the policy's unique name, its id on the policy server.
+	// name is the results' policy: a Warden policy's unique name, its id
+	// on the policy server, or vap/<policy>/<binding>.
 	name string
-	// url is where its /audit requests go.
+	// rank orders the results of the same name: a validation's index.
+	rank int
+	// url is where a Warden policy's /audit requests go.
 	url string
+	// local evaluates a ValidatingAdmissionPolicy's validation; nil for a
+	// Warden policy.
+	local localEvaluator
 	// selector is its objectSelector; nil selects every object.
 	selector labels.Selector
+	// meta is what its results say about it.
+	meta resultMeta
+	// inputs identify the version of what evaluates (uids and
+	// resourceVersions), for the inputs digest (reuse.go).
+	inputs []string
+	// contextAware: its verdicts depend on other objects than the one
+	// evaluated, so they are never reused.
+	contextAware bool
+}
+
+// resultMeta is what the results of a policy say about it besides the
+// verdict (docs/compatibility.md#audit-scanner).
+type resultMeta struct {
+	category, severity string
+	properties         map[string]string
+}
+
+// localEvaluator evaluates an object in process. It is safe for
+// concurrent use.
+type localEvaluator interface {
+	// evaluate returns the verdict about req's object, and false when
+	// there is nothing to report (the policy does not apply to it).
+	evaluate(ctx context.Context, req *admissionv1.AdmissionRequest) (verdict, bool)
+}
+
+// newWardenAuditPolicy returns the auditPolicy of Warden policy p, whose
+// /audit is at url.
+func newWardenAuditPolicy(p policiesv1.Policy, url string, selector labels.Selector) *auditPolicy {
+	m := resultMeta{properties: properties(p)}
+	m.category, _ = p.GetCategory()
+	if p.GetPolicyMode() == policiesv1.PolicyModeMonitor {
+		m.severity = severityInfo
+	} else {
+		m.severity, _ = p.GetSeverity()
+	}
+	return &auditPolicy{
+		name: p.GetUniqueName(), url: url, selector: selector, meta: m,
+		inputs:       []string{string(p.GetUID()), p.GetResourceVersion()},
+		contextAware: p.IsContextAware(),
+	}
 }
 
 // matches reports whether p's objectSelector selects an object with these
@@ -145,6 +193,14 @@ func (c *catalog) policiesForNamespace(ns *corev1.Namespace) (pols []policiesv1.
 // targets no resource of the scope. invalid are policies already known to be
 // errored. note is told why each policy left out was left out.
 func selectPolicies(ctx context.Context, note noteFunc, pols []policiesv1.Policy, invalid []string, namespaced bool, r policyResolver) *policySelection {
+	return selectScope(ctx, note, pols, invalid, namespaced, r, nil, nil)
+}
+
+// selectScope is selectPolicies with the ValidatingAdmissionPolicy
+// bindings of kube (nil: none), for namespace ns (nil: the cluster-wide
+// scope; namespaced is then false).
+func selectScope(ctx context.Context, note noteFunc, pols []policiesv1.Policy, invalid []string, namespaced bool, r policyResolver,
+	kube *kubeCatalog, ns *corev1.Namespace) *policySelection {
 	sel := &policySelection{byGVR: map[schema.GroupVersionResource][]*auditPolicy{}}
 	audited, skipped, errored := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	for _, name := range invalid {
@@ -192,12 +248,13 @@ func selectPolicies(ctx context.Context, note noteFunc, pols []policiesv1.Policy
 			note(ctx, slog.LevelError, "policy errored: no policy server to audit it", name, err)
 			continue
 		}
-		ap := &auditPolicy{policy: p, name: name, url: url, selector: objSel}
+		ap := newWardenAuditPolicy(p, url, objSel)
 		audited[name] = true
 		for _, gvr := range gvrs {
 			sel.byGVR[gvr] = append(sel.byGVR[gvr], ap)
 		}
 	}
+	kube.selectKubePolicies(ctx, note, sel, ns, r, audited, skipped, errored)
 	for gvr := range sel.byGVR {
 		sel.gvrs = append(sel.gvrs, gvr)
 	}

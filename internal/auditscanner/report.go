@@ -119,21 +119,17 @@ func newReport(obj *unstructured.Unstructured, runUID string, skipped, errored i
 		}
 		r.results = append(r.results, res)
 	}
-	slices.SortFunc(r.results, func(a, b result) int { return strings.Compare(a.policy, b.policy) })
+	// Stable: the results of one ValidatingAdmissionPolicy binding keep
+	// the order of its validations.
+	slices.SortStableFunc(r.results, func(a, b result) int { return strings.Compare(a.policy, b.policy) })
 	return r
 }
 
 // newResult returns the result of one evaluation
 // (docs/compatibility.md#audit-scanner).
 func newResult(e evaluation, now int64) result {
-	p := e.policy.policy
-	res := result{policy: e.policy.name, message: e.message, timestamp: now, properties: properties(p)}
-	res.category, _ = p.GetCategory()
-	if p.GetPolicyMode() == policiesv1.PolicyModeMonitor {
-		res.severity = severityInfo
-	} else {
-		res.severity, _ = p.GetSeverity()
-	}
+	m := e.policy.meta
+	res := result{policy: e.policy.name, category: m.category, severity: m.severity, message: e.message, timestamp: now, properties: m.properties}
 	switch {
 	case e.errored:
 		res.result = resultError

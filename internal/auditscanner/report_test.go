@@ -35,7 +35,7 @@ func namespaceObject(name string) *unstructured.Unstructured {
 }
 
 func audited(p policiesv1.Policy) *auditPolicy {
-	return &auditPolicy{policy: p, name: p.GetUniqueName()}
+	return newWardenAuditPolicy(p, "", nil)
 }
 
 // TestNewReport checks every field of a report against Kubewarden's

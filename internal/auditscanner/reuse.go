@@ -33,7 +33,7 @@ const inputsVersion = "warden-audit-inputs/v1"
 // context-aware (its verdict depends on other objects than obj).
 func reusable(matching []*auditPolicy) bool {
 	for _, p := range matching {
-		if p.policy.IsContextAware() {
+		if p.contextAware {
 			return false
 		}
 	}
@@ -57,11 +57,17 @@ func inputsDigest(obj *unstructured.Unstructured, matching []*auditPolicy, skipp
 	h.Write(binary.AppendUvarint(nil, uint64(skipped)))
 	h.Write(binary.AppendUvarint(nil, uint64(errored)))
 	pols := slices.Clone(matching)
-	slices.SortFunc(pols, func(a, b *auditPolicy) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(pols, func(a, b *auditPolicy) int {
+		if c := strings.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		return a.rank - b.rank
+	})
 	for _, p := range pols {
 		field(p.name)
-		field(string(p.policy.GetUID()))
-		field(p.policy.GetResourceVersion())
+		for _, in := range p.inputs {
+			field(in)
+		}
 	}
 	h.Write(content[:])
 	return hex.EncodeToString(h.Sum(nil))

@@ -161,23 +161,32 @@ func (rv *reviewer) close() {
 // request uid being the object's, and the resource being named by its kind, as
 // Kubewarden does.
 func reviewBody(obj *unstructured.Unstructured) ([]byte, error) {
+	req, err := auditRequest(obj, obj.GetKind())
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(admissionv1.AdmissionReview{Request: req})
+}
+
+// auditRequest returns the AdmissionRequest of an audit of obj: a CREATE
+// of the whole object, the request uid being the object's, of resource.
+func auditRequest(obj *unstructured.Unstructured, resource string) (*admissionv1.AdmissionRequest, error) {
 	raw, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s %s: %w", obj.GetKind(), obj.GetName(), err)
 	}
 	gvk := obj.GroupVersionKind()
 	kind := metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind}
-	review := admissionv1.AdmissionReview{Request: &admissionv1.AdmissionRequest{
+	return &admissionv1.AdmissionRequest{
 		UID:         obj.GetUID(),
 		Kind:        kind,
-		Resource:    metav1.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: gvk.Kind},
+		Resource:    metav1.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: resource},
 		RequestKind: &kind,
 		Name:        obj.GetName(),
 		Namespace:   obj.GetNamespace(),
 		Operation:   admissionv1.Create,
 		Object:      runtime.RawExtension{Raw: raw},
-	}}
-	return json.Marshal(review)
+	}, nil
 }
 
 // verdict is a policy's answer about one object.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -105,7 +106,14 @@ func (s *Scanner) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := &run{Scanner: s, logger: logger, runUID: runUID, store: st, catalog: cat, metrics: newRunMetrics()}
+	r := &run{Scanner: s, logger: logger, runUID: runUID, store: st, catalog: cat, metrics: newRunMetrics(), namespaceCache: newNamespaceCache(s.kube)}
+	if !s.opts.DisableKubernetesPolicies {
+		src := kubeSource{reader: s.kube, dyn: s.dyn, mapper: s.kube.RESTMapper(), namespace: r.namespaceCache.get}
+		if r.kubePolicies, err = loadKubeCatalog(ctx, src, logger); err != nil {
+			return err
+		}
+		defer r.kubePolicies.close()
+	}
 	var errs []error
 	if s.opts.Namespace == "" {
 		res := r.scanScope(ctx, nil)
@@ -137,7 +145,12 @@ type run struct {
 	runUID  string
 	store   *store
 	catalog *catalog
-	metrics *runMetrics
+	// kubePolicies are the ValidatingAdmissionPolicy bindings; nil with
+	// --disable-kubernetes-policies.
+	kubePolicies *kubeCatalog
+	// namespaceCache answers kube's reads of namespaces.
+	namespaceCache *namespaceCache
+	metrics        *runMetrics
 	// noted are the notes about policies already logged in this run.
 	noted sync.Map
 }
@@ -261,6 +274,7 @@ func (st *scopeStats) err() error {
 // item is a resource to audit with the policies of its GVR.
 type item struct {
 	obj      *unstructured.Unstructured
+	gvr      schema.GroupVersionResource
 	policies []*auditPolicy
 }
 
@@ -274,15 +288,16 @@ func (r *run) scanScope(ctx context.Context, ns *corev1.Namespace) *scopeResult 
 	var sel *policySelection
 	logger := r.logger
 	if ns == nil {
-		sel = selectPolicies(ctx, r.note, r.catalog.cluster, nil, false, r.resolver)
+		sel = selectScope(ctx, r.note, r.catalog.cluster, nil, false, r.resolver, r.kubePolicies, nil)
 	} else {
+		r.namespaceCache.add(ns)
 		namespace = ns.Name
 		logger = logger.With(keyNamespace, namespace)
 		pols, invalid := r.catalog.policiesForNamespace(ns)
 		for _, name := range invalid {
 			r.note(ctx, slog.LevelError, "policy errored: invalid namespaceSelector", name, nil)
 		}
-		sel = selectPolicies(ctx, r.note, pols, invalid, true, r.resolver)
+		sel = selectScope(ctx, r.note, pols, invalid, true, r.resolver, r.kubePolicies, ns)
 	}
 
 	res := &scopeResult{sel: sel}
@@ -319,7 +334,7 @@ func (r *run) scanScope(ctx context.Context, ns *corev1.Namespace) *scopeResult 
 		pols := sel.byGVR[gvr]
 		err := r.eachResource(ctx, gvr, namespace, func(obj *unstructured.Unstructured) bool {
 			select {
-			case work <- item{obj: obj, policies: pols}:
+			case work <- item{obj: obj, gvr: gvr, policies: pols}:
 				return true
 			case <-ctx.Done():
 				return false
@@ -415,24 +430,10 @@ func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *polic
 			return name
 		}
 	}
-	evals := make([]evaluation, len(matching))
-	if len(matching) > 0 {
-		body, err := reviewBody(obj)
-		if err != nil {
-			stats.fail(err)
-			return ""
-		}
-		sem := make(chan struct{}, r.opts.ParallelPolicies)
-		var wg sync.WaitGroup
-		for i, p := range matching {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				v := r.reviewer.audit(ctx, p.url, body)
-				evals[i] = evaluation{policy: p, verdict: v}
-			})
-		}
-		wg.Wait()
+	evals, err := r.evaluate(ctx, it, matching)
+	if err != nil {
+		stats.fail(err)
+		return ""
 	}
 	for _, e := range evals {
 		if !e.errored {
@@ -485,6 +486,53 @@ func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *polic
 		stats.unchanged.Add(1)
 	}
 	return rep.name
+}
+
+// evaluate evaluates it.obj with matching, --parallel-policies at a time,
+// and returns the verdicts to report: a ValidatingAdmissionPolicy's
+// validation that does not apply to the object has none.
+func (r *run) evaluate(ctx context.Context, it item, matching []*auditPolicy) ([]evaluation, error) {
+	if len(matching) == 0 {
+		return nil, nil
+	}
+	var body []byte
+	var req *admissionv1.AdmissionRequest
+	for _, p := range matching {
+		var err error
+		switch {
+		case p.local != nil && req == nil:
+			req, err = auditRequest(it.obj, it.gvr.Resource)
+		case p.local == nil && body == nil:
+			body, err = reviewBody(it.obj)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	evals := make([]evaluation, len(matching))
+	reported := make([]bool, len(matching))
+	sem := make(chan struct{}, r.opts.ParallelPolicies)
+	var wg sync.WaitGroup
+	for i, p := range matching {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if p.local != nil {
+				evals[i].verdict, reported[i] = p.local.evaluate(ctx, req)
+			} else {
+				evals[i].verdict, reported[i] = r.reviewer.audit(ctx, p.url, body), true
+			}
+			evals[i].policy = p
+		})
+	}
+	wg.Wait()
+	out := evals[:0]
+	for i, e := range evals {
+		if reported[i] {
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // reuseReport keeps prev, the report of obj found by the scope's listing,
