@@ -227,6 +227,12 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 				env = setEnv(env, e.Name, e.Value)
 			}
 			volumes, mounts = r.otelCertificateMounts(volumes, mounts)
+			if r.EnableMetrics {
+				// No collector sidecar serves Prometheus on the
+				// Service's metrics port: the policy server does, so
+				// a ServiceMonitor written for Kubewarden scrapes it.
+				env = setEnv(env, "WARDEN_METRICS_PORT", strconv.Itoa(metricsTargetPort))
+			}
 		case !r.Pods.HostNetwork:
 			tmpl.Annotations = setAnnotation(tmpl.Annotations, otelInjectAnnotation, "true")
 			env = setEnv(env, "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4317")
@@ -303,6 +309,12 @@ func setAnnotation(annotations map[string]string, key, value string) map[string]
 	return annotations
 }
 
+// metricsTargetPort is the pod port behind the policy-server Service's
+// metrics port, as in Kubewarden: the OpenTelemetry collector sidecar's
+// Prometheus exporter when there is one, the policy server's own
+// /metrics otherwise.
+const metricsTargetPort = 8080
+
 // desiredService sets svc to expose ps's webhook on port 443.
 func (r *PolicyServerReconciler) desiredService(svc *corev1.Service, ps *policiesv1.PolicyServer) {
 	if svc.Labels == nil {
@@ -318,7 +330,7 @@ func (r *PolicyServerReconciler) desiredService(svc *corev1.Service, ps *policie
 	if r.EnableMetrics {
 		svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{
 			Name: "metrics", Port: ps.EffectiveMetricsPort(r.MetricsPort), Protocol: corev1.ProtocolTCP,
-			TargetPort: intstr.FromInt32(8080),
+			TargetPort: intstr.FromInt32(metricsTargetPort),
 		})
 	}
 }

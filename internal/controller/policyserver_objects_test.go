@@ -68,6 +68,9 @@ func TestStatefulSetPodSettings(t *testing.T) {
 				if annotations[otelInjectAnnotation] != "" {
 					t.Error("sidecar requested without --enable-otel-sidecar")
 				}
+				if env["WARDEN_METRICS_PORT"] != "8080" {
+					t.Errorf("WARDEN_METRICS_PORT = %q, want 8080: nothing else serves the Service's metrics port", env["WARDEN_METRICS_PORT"])
+				}
 			},
 		},
 		{
@@ -79,6 +82,9 @@ func TestStatefulSetPodSettings(t *testing.T) {
 				}
 				if _, ok := env["OTEL_EXPORTER_OTLP_CERTIFICATE"]; ok {
 					t.Error("the controller's collector settings were replicated next to a sidecar")
+				}
+				if _, ok := env["WARDEN_METRICS_PORT"]; ok {
+					t.Error("the policy server takes the metrics port of the collector sidecar")
 				}
 			},
 		},
