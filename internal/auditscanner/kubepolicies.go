@@ -111,16 +111,25 @@ type kubeSource struct {
 // kept, with its error, to be counted as errored.
 func loadKubeCatalog(ctx context.Context, src kubeSource, logger *slog.Logger) (*kubeCatalog, error) {
 	var vaps admissionregistrationv1.ValidatingAdmissionPolicyList
-	if err := src.reader.List(ctx, &vaps); err != nil {
-		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+	var bindings admissionregistrationv1.ValidatingAdmissionPolicyBindingList
+	for _, l := range []struct {
+		what string
+		list client.ObjectList
+	}{{"ValidatingAdmissionPolicies", &vaps}, {"ValidatingAdmissionPolicyBindings", &bindings}} {
+		err := src.reader.List(ctx, l.list)
+		switch {
+		case err == nil:
+		case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
 			logger.DebugContext(ctx, "ValidatingAdmissionPolicies not audited: the API server does not serve them", keyError, err)
 			return &kubeCatalog{}, nil
+		case apierrors.IsForbidden(err):
+			// A scanner installed with an older ClusterRole still
+			// audits Warden's policies.
+			logger.WarnContext(ctx, "ValidatingAdmissionPolicies not audited: the scanner may not list them", keyError, err)
+			return &kubeCatalog{}, nil
+		default:
+			return nil, fmt.Errorf("listing %s: %w", l.what, err)
 		}
-		return nil, fmt.Errorf("listing ValidatingAdmissionPolicies: %w", err)
-	}
-	var bindings admissionregistrationv1.ValidatingAdmissionPolicyBindingList
-	if err := src.reader.List(ctx, &bindings); err != nil {
-		return nil, fmt.Errorf("listing ValidatingAdmissionPolicyBindings: %w", err)
 	}
 	byName := map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}
 	for i := range vaps.Items {

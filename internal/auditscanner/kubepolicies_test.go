@@ -2,16 +2,20 @@ package auditscanner
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"reflect"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 )
@@ -359,5 +363,42 @@ func TestVAPInputsDigest(t *testing.T) {
 		if d == base {
 			t.Errorf("%s did not change the digest", name)
 		}
+	}
+}
+
+// listErrReader fails every List with err.
+type listErrReader struct {
+	client.Reader
+	err error
+}
+
+func (r listErrReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return r.err
+}
+
+// TestLoadKubeCatalogListErrors checks that VAPs the API server does not
+// serve, or that the scanner may not list, leave the run to Warden's
+// policies, and that any other error fails it.
+func TestLoadKubeCatalogListErrors(t *testing.T) {
+	vapResource := schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}
+	tests := []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{name: "not served", err: &meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"}}},
+		{name: "forbidden", err: apierrors.NewForbidden(vapResource, "", errors.New("no rule"))},
+		{name: "other", err: apierrors.NewServiceUnavailable("etcd is down"), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cat, err := loadKubeCatalog(t.Context(), kubeSource{reader: listErrReader{err: tt.err}}, slog.New(slog.DiscardHandler))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tt.wantErr)
+			}
+			if err == nil && len(cat.bindings) != 0 {
+				t.Errorf("%d bindings", len(cat.bindings))
+			}
+		})
 	}
 }
