@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"path/filepath"
 
-	"github.com/go-logr/logr"
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	wgpolicyv1alpha2 "sigs.k8s.io/wg-policy-prototypes/policy-report/pkg/api/wgpolicyk8s.io/v1alpha2"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
@@ -60,9 +58,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		fmt.Fprintf(stderr, "Error: %v\n", err)
 		return cmdline.ExitUsage
 	}
-	// controller-runtime's client logs through a global logger that, unset,
-	// prints a goroutine stack saying it never was.
-	ctrllog.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	// controller-runtime's client and the API server's admission plugins
+	// of the ValidatingAdmissionPolicies log through global loggers.
+	cmdline.RouteLibraryLogs(logger)
 	cfg, err := loadKubeConfig(getenv)
 	if err != nil {
 		logger.Error("audit not started", keyError, err)

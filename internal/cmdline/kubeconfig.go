@@ -9,8 +9,20 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
+
+// RouteLibraryLogs sends the logs of the Kubernetes libraries a daemon
+// links to logger: controller-runtime's (its clients and caches log through
+// a global logger that, unset, prints a goroutine stack saying it never
+// was) and klog's (client-go's leader election and the API server's
+// admission plugins print klog's text lines on stderr otherwise, in the
+// middle of the daemon's JSON lines).
+func RouteLibraryLogs(logger *slog.Logger) {
+	ctrllog.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	klog.SetSlogLogger(logger)
+}
 
 // RESTConfig loads the Kubernetes client configuration of a --kubeconfig
 // flag as kubectl does: the file at path when it is set, else the files of
@@ -36,10 +48,7 @@ type Starter interface {
 // 1 after an error, which it prints on stderr.
 func RunManager(ctx context.Context, stderr io.Writer, kubeconfig string, newManager func(*rest.Config, *slog.Logger) (Starter, error)) int {
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	// controller-runtime logs outside the manager too (its clients and
-	// caches), through a global logger that, unset, prints a goroutine
-	// stack saying it never was.
-	ctrllog.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	RouteLibraryLogs(logger)
 	cfg, err := RESTConfig(kubeconfig)
 	if err == nil {
 		var mgr Starter

@@ -3,14 +3,18 @@ package cmdline
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 )
 
 type starter func(context.Context) error
@@ -55,5 +59,27 @@ current-context: x
 			tc.stderr == "" && stderr.Len() > 0 {
 			t.Errorf("%s: code %d, stderr %q; want %d, %q...", tc.name, code, stderr.String(), tc.code, tc.stderr)
 		}
+	}
+}
+
+// klog's lines come out as the daemon's JSON lines, not as klog's text on
+// stderr. (controller-runtime's global logger can be set once per process,
+// which TestRunManager does.)
+func TestRouteLibraryLogs(t *testing.T) {
+	var out bytes.Buffer
+	RouteLibraryLogs(slog.New(slog.NewJSONHandler(&out, nil)))
+	klog.InfoS("attempting to acquire leader lease", "lock", "warden-system/policy-server-default")
+	klog.Flush()
+	var msgs []string
+	for line := range strings.Lines(out.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("a line that is not JSON: %q", line)
+		}
+		msgs = append(msgs, fmt.Sprint(rec["msg"]))
+	}
+	want := []string{"attempting to acquire leader lease"}
+	if !slices.Equal(msgs, want) {
+		t.Errorf("messages %q, want %q\n%s", msgs, want, out.String())
 	}
 }

@@ -11,11 +11,9 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
 	"k8s.io/client-go/rest"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/wardenhq/warden/internal/buildinfo"
 	"github.com/wardenhq/warden/internal/cmdline"
@@ -54,9 +52,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		return 2
 	}
 	// controller-runtime's cache and client, which cluster mode watches
-	// PolicyRevisions with, log through its global logger: to ours. Unset,
-	// it would print on stderr, with a goroutine stack, that it never was.
-	ctrllog.SetLogger(logr.FromSlogHandler(logger.Handler()))
+	// PolicyRevisions with, client-go's leader election and the API
+	// server's plugins of builtin://vap log through global loggers: to ours.
+	cmdline.RouteLibraryLogs(logger)
 	// OTLP export failures, of metrics and spans, surface through
 	// OpenTelemetry's global handler.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
