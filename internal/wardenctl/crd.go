@@ -141,9 +141,11 @@ type namedPolicy struct {
 	Rules []metadata.Rule
 }
 
-// policiesFromYAML reads Kubewarden policy resources. Every policy runs in
-// protect mode and may mutate, as kwctl runs them (groups never mutate); no
-// host capability is granted (see grantCapabilities). Module references go
+// policiesFromYAML reads Kubewarden policy resources, and Kubernetes'
+// admission policies with their bindings, params and Namespaces
+// (kubeManifests), in document order. Every policy runs in protect mode
+// and may mutate, as kwctl runs them (groups never mutate); no host
+// capability is granted (see grantCapabilities). Module references go
 // through resolvePolicy (relative paths, digest prefixes).
 func (a *app) policiesFromYAML(doc []byte, source string) ([]namedPolicy, error) {
 	docs, err := splitDocuments(doc)
@@ -152,23 +154,41 @@ func (a *app) policiesFromYAML(doc []byte, source string) ([]namedPolicy, error)
 	}
 	var out []namedPolicy
 	seen := map[string]bool{}
-	for i, d := range docs {
-		var r policyResource
-		if err := json.Unmarshal(d, &r); err != nil {
-			return nil, fmt.Errorf("reading %s: document %d: %w", source, i+1, err)
-		}
-		group, ok := policyKinds[r.Kind]
-		if !ok || !strings.HasPrefix(r.APIVersion, policyAPIGroup+"/") {
-			return nil, fmt.Errorf("reading %s: document %d %s", source, i+1, notPolicyResource(d, r))
-		}
-		id := r.Metadata.Name
-		if id == "" {
-			id = fmt.Sprintf("policy-%d", i+1)
-		}
+	unique := func(id string) string {
 		for base, n := id, 2; seen[id]; n++ {
 			id = fmt.Sprintf("%s-%d", base, n)
 		}
 		seen[id] = true
+		return id
+	}
+	var kube kubeManifests
+	var notPolicy []string // what the documents that are not policy resources are
+	for i, d := range docs {
+		var tm struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		_ = json.Unmarshal(d, &tm) // a document that is not an object fails below
+		if _, ok := policyKinds[tm.Kind]; !ok || !strings.HasPrefix(tm.APIVersion, policyAPIGroup+"/") {
+			// Perhaps part of a Kubernetes admission policy.
+			var r policyResource
+			_ = json.Unmarshal(d, &r)
+			notPolicy = append(notPolicy, fmt.Sprintf("reading %s: document %d %s%s", source, i+1, notPolicyResource(d, r), kubePolicyHint))
+			if err := kube.add(fmt.Sprintf("document %d", i+1), d); err != nil {
+				return nil, fmt.Errorf("reading %s: %w", source, err)
+			}
+			continue
+		}
+		var r policyResource
+		if err := json.Unmarshal(d, &r); err != nil {
+			return nil, fmt.Errorf("reading %s: document %d: %w", source, i+1, err)
+		}
+		group := policyKinds[r.Kind]
+		id := r.Metadata.Name
+		if id == "" {
+			id = fmt.Sprintf("policy-%d", i+1)
+		}
+		id = unique(id)
 		c := &engine.PolicyConfig{PolicyMode: engine.ModeProtect, AllowedToMutate: true}
 		if !group {
 			ref, err := a.resolvePolicy(r.Spec.Module)
@@ -193,17 +213,30 @@ func (a *app) policiesFromYAML(doc []byte, source string) ([]namedPolicy, error)
 		}
 		out = append(out, namedPolicy{ID: id, Config: c, Rules: r.Spec.Rules})
 	}
+	if len(kube.objects) > 0 {
+		if !kube.hasPolicy() {
+			return nil, errors.New(notPolicy[0])
+		}
+		kps, err := kube.policies()
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", source, err)
+		}
+		for _, kp := range kps {
+			out = append(out, namedPolicy{ID: unique(kp.name), Config: kp.config})
+		}
+	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("reading %s: no policy resource found", source)
 	}
 	return out, nil
 }
 
-// isYAMLFile reports whether a policy argument names a YAML file of policy
-// resources rather than a module.
+// isYAMLFile reports whether a policy argument names a YAML or JSON file of
+// policy resources (or of Kubernetes admission policies) rather than a
+// module.
 func isYAMLFile(arg string) bool {
 	arg = strings.TrimPrefix(arg, "file://")
-	return strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml")
+	return strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml") || strings.HasSuffix(arg, ".json")
 }
 
 // configs returns the engine configuration of policies.

@@ -183,12 +183,15 @@ var docsAnswers = map[string]map[string]bool{
 		"team, privileged": true, "team, kube-system": true},
 	"pod-hardening/no_latest_tag": {"team": true, "other labels": true, "no labels": true, "no labels, latest": false,
 		"team, privileged": true, "team, kube-system": true},
+	// builtin://vap: the team label its param names.
+	"require-team": {"team": true, "other labels": false, "no labels": false, "no labels, latest": false,
+		"team, privileged": true, "team, kube-system": true},
 }
 
 // offlineModules are what the test runs in place of the modules the docs
 // name but a test cannot fetch (a registry, paths on the reader's machine):
-// Warden's own equivalents, built from this repository. builtin://cel needs
-// none.
+// Warden's own equivalents, built from this repository. The native
+// modules (builtin://cel, builtin://vap, builtin://map) need none.
 var offlineModules = map[string]func(t *testing.T, root string) string{
 	// The examples' Go reimplementation of Kubewarden's pod-privileged.
 	"registry://ghcr.io/kubewarden/policies/pod-privileged:v1.0.8": func(t *testing.T, root string) string {
@@ -221,7 +224,7 @@ func runDocPolicies(t *testing.T, root string, b docBlock, tested map[string]boo
 	offline := func(where string, entry any) {
 		m, _ := entry.(map[string]any)
 		mod, _ := m["module"].(string)
-		if mod == engine.NativeCELModule {
+		if mod == engine.NativeCELModule || isKubePolicyModule(mod) {
 			return
 		}
 		build, ok := offlineModules[mod]

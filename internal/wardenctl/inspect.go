@@ -39,8 +39,8 @@ func (a *app) fetchPolicy(ctx context.Context, o RemoteOptions, arg string) (*fe
 	if err != nil {
 		return nil, err
 	}
-	if ref.URI == engine.NativeCELModule {
-		return nil, fmt.Errorf("%s is Warden's native CEL policy: it has no module and no metadata", ref.URI)
+	if ref.URI == engine.NativeCELModule || isKubePolicyModule(ref.URI) {
+		return nil, fmt.Errorf("%s is one of Warden's native policies: it has no module and no metadata", ref.URI)
 	}
 	f, err := a.fetcher(o, a.storeDir())
 	if err != nil {

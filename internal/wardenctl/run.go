@@ -140,6 +140,7 @@ func (a *app) prepare(ctx context.Context, arg string, o *RunOptions) (*prepared
 		}}}
 	}
 	grantCapabilities(policies, o.AllowedHostCapabilities)
+	a.warnUnbound(ctx, policies)
 	doc, err := a.readRequestFile(o.RequestPath, o.MaxRequestFileBytes)
 	if err != nil {
 		return nil, err
@@ -175,10 +176,13 @@ func (a *app) runCommand() *cobra.Command {
 		Use:   "run [flags] --request-path <file> <uri|sha-prefix|path|policies.yaml>",
 		Short: "Evaluate a request with a policy, as the policy server does",
 		Long: "Evaluate an admission request with a policy and print the AdmissionResponse as JSON.\n\n" +
-			"The policy is a URI (registry://, https://, file://, builtin://cel), a local path, the " +
-			"digest prefix of a policy in the store, or a YAML file of ClusterAdmissionPolicy, " +
+			"The policy is a URI (registry://, https://, file://, builtin://cel, builtin://vap, builtin://map), a " +
+			"local path, the digest prefix of a policy in the store, or a YAML or JSON file of ClusterAdmissionPolicy, " +
 			"AdmissionPolicy and policy group resources (their module, settings and members are used, " +
-			"and each is evaluated with the same request). The policy runs in protect mode and may mutate. " +
+			"and each is evaluated with the same request). The file may also hold Kubernetes " +
+			"ValidatingAdmissionPolicies and MutatingAdmissionPolicies with their bindings, params and Namespaces: " +
+			"each runs as builtin://vap or builtin://map, and the response is the API server's (message, code of the " +
+			"reason, warnings, audit annotations, JSONPatch). The policy runs in protect mode and may mutate. " +
 			"A rejection is an answer: the exit code is 0 when the policy answered, accepting or rejecting. " +
 			"When the policy's evaluation failed (it trapped, ran out of time or memory, or its answer was " +
 			"unreadable or over --max-policy-response-bytes), the response is printed and the exit code is 1.",

@@ -24,7 +24,8 @@ type ScanOptions struct {
 	Remote   RemoteOptions
 	Settings SettingsOptions
 	// Policies are modules (URIs, paths, digest prefixes, builtin://cel) or
-	// YAML files of policy resources.
+	// YAML or JSON files of policy resources or Kubernetes admission
+	// policies.
 	Policies []string
 	// ExecutionMode runs modules without metadata (see run -e).
 	ExecutionMode string
@@ -36,7 +37,7 @@ type ScanOptions struct {
 func (o *ScanOptions) AddFlags(cmd *cobra.Command) {
 	o.Remote.AddFlags(cmd)
 	f := cmd.Flags()
-	f.StringArrayVarP(&o.Policies, "policy", "p", nil, "Policy to evaluate (repeatable): a URI, a path, a digest prefix, builtin://cel, or a YAML file of policy resources")
+	f.StringArrayVarP(&o.Policies, "policy", "p", nil, "Policy to evaluate (repeatable): a URI, a path, a digest prefix, builtin://cel, or a YAML or JSON file of policy resources or of Kubernetes admission policies with their bindings and params")
 	f.StringVarP(&o.Settings.SettingsPath, "settings-path", "s", "", "Settings of the module policies given with --policy (YAML or JSON file)")
 	f.StringVar(&o.Settings.SettingsJSON, "settings-json", "", "Settings of the module policies given with --policy (JSON)")
 	f.StringVarP(&o.ExecutionMode, "execution-mode", "e", "", "The runtime of modules without metadata: opa, gatekeeper, kubewarden or wasi")
@@ -80,6 +81,7 @@ func (a *app) scanCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			a.warnUnbound(ctx, policies)
 			objects, err := collectObjects(argv)
 			if err != nil {
 				return err

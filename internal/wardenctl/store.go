@@ -116,7 +116,8 @@ func lastElem(uri string) string { return uri[strings.LastIndexByte(uri, '/')+1:
 // policyRef is a policy named on the command line, resolved.
 type policyRef struct {
 	// URI names the policy for people and manifests: registry://...,
-	// https://..., file:///abs/path or builtin://cel.
+	// https://..., file:///abs/path, builtin://cel, builtin://vap or
+	// builtin://map.
 	URI string
 	// Fetch is what to hand the fetcher: URI, or the file:// URI of the
 	// store's copy when the policy was named by a digest prefix.
@@ -124,14 +125,15 @@ type policyRef struct {
 }
 
 // resolvePolicy resolves a policy argument as kwctl does: a URI
-// (registry://, https://, http://, file://, or Warden's builtin://cel), a
+// (registry://, https://, http://, file://, or Warden's native modules
+// builtin://cel, builtin://vap and builtin://map), a
 // local path (a missing scheme means file://, relative to the working
 // directory), or the digest prefix of a policy in the store.
 func (a *app) resolvePolicy(arg string) (policyRef, error) {
 	if arg == "" {
 		return policyRef{}, &usageError{errors.New("the policy is empty")}
 	}
-	if arg == engine.NativeCELModule {
+	if arg == engine.NativeCELModule || isKubePolicyModule(arg) {
 		return policyRef{URI: arg, Fetch: arg}, nil
 	}
 	if scheme, rest, ok := strings.Cut(arg, "://"); ok {
@@ -142,7 +144,7 @@ func (a *app) resolvePolicy(arg string) (policyRef, error) {
 			u, err := fileURI(rest)
 			return policyRef{URI: u, Fetch: u}, err
 		default:
-			return policyRef{}, fmt.Errorf("policy %s: unknown scheme %q (want registry, https, http, file or builtin://cel)", arg, scheme)
+			return policyRef{}, fmt.Errorf("policy %s: unknown scheme %q (want registry, https, http, file, or builtin://cel, builtin://vap or builtin://map)", arg, scheme)
 		}
 	}
 	if _, err := os.Stat(arg); err == nil {

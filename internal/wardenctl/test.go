@@ -22,7 +22,9 @@ import (
 // testSuite is a test suite file: cases evaluated with one policy.
 type testSuite struct {
 	// Policy is the module: a URI, builtin://cel, or a path relative to
-	// the suite file.
+	// the suite file; or a YAML or JSON file (relative to the suite) of one
+	// policy resource, or of one Kubernetes admission policy with its
+	// bindings and params, which give the settings.
 	Policy string `json:"policy"`
 	// Settings are the settings of every case that has none of its own.
 	Settings json.RawMessage `json:"settings"`
@@ -86,6 +88,11 @@ func (a *app) testCommand() *cobra.Command {
       settings: {denied_labels: 3}
       expect: {allowed: false, messageContains: "settings are invalid"}
 
+The policy may also be a YAML or JSON file (relative to the suite) holding one policy
+resource, or one ValidatingAdmissionPolicy or MutatingAdmissionPolicy with its bindings,
+params and Namespaces (as run takes them): its settings come from the file, so neither
+the suite nor a case gives settings.
+
 A case may set operation (CREATE, UPDATE, DELETE) with object and oldObject, raw: true
 for a raw request, and settings of its own. expect may check allowed, message,
 messageContains, code, mutated and patch (the JSONPatch, as YAML or JSON). Every case
@@ -132,8 +139,17 @@ func (a *app) runSuite(ctx context.Context, path string, o TestOptions) (int, er
 		return 0, err
 	}
 	dir := filepath.Dir(path)
-	ref, err := a.resolvePolicy(relativeTo(dir, s.Policy))
-	if err != nil {
+	var ref policyRef
+	var manifest *namedPolicy // the policy of a manifest file, which every case runs
+	if isYAMLFile(s.Policy) {
+		if manifest, err = a.suiteManifest(ctx, dir, &s); err != nil {
+			return 0, err
+		}
+		ref.URI = fmt.Sprintf("%s: %s, %s", s.Policy, manifest.ID, manifest.Config.Module)
+		if manifest.Config.IsGroup() {
+			ref.URI = fmt.Sprintf("%s: %s, a policy group", s.Policy, manifest.ID)
+		}
+	} else if ref, err = a.resolvePolicy(relativeTo(dir, s.Policy)); err != nil {
 		return 0, err
 	}
 	type prepared struct {
@@ -143,6 +159,9 @@ func (a *app) runSuite(ctx context.Context, path string, o TestOptions) (int, er
 	}
 	cases := make([]prepared, len(s.Tests))
 	cfgs := map[string]*engine.PolicyConfig{}
+	if manifest != nil {
+		cfgs[manifest.ID] = manifest.Config
+	}
 	for i, tc := range s.Tests {
 		if tc.Name == "" {
 			s.Tests[i].Name = fmt.Sprintf("case %d", i+1)
@@ -150,6 +169,10 @@ func (a *app) runSuite(ctx context.Context, path string, o TestOptions) (int, er
 		req, raw, err := a.caseRequest(dir, tc)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", s.Tests[i].Name, err)
+		}
+		if manifest != nil {
+			cases[i] = prepared{id: manifest.ID, req: req, raw: raw}
+			continue
 		}
 		settings := s.Settings
 		if tc.Settings != nil {
