@@ -49,6 +49,13 @@ type PolicyConfig struct {
 	// --allow-context-aware does. It is not part of policies.yml.
 	ContextAwareFromMetadata bool `json:"-"`
 
+	// Name is what the policy's metrics and traces call it (policy_name),
+	// when it is not its id: a cluster-mode replica serves each generation
+	// under "<unique name>/<generation>" and names every one of them after
+	// the unique name alone, as Kubewarden's metrics do, so that a new
+	// generation does not start new series. It is not part of policies.yml.
+	Name string `json:"-"`
+
 	// IgnoredKeys are the paths ("<id>.<key>") of the entry's keys that
 	// policies.yml does not define, in file order: ParsePolicies ignores
 	// them, as Kubewarden does, and the environment warns about them when

@@ -79,7 +79,11 @@ func (e *PolicyNotFoundError) Error() string { return "unknown policy: " + e.ID 
 // Engine evaluates requests with a fixed set of loaded policies. It is
 // immutable once loaded and safe for concurrent use.
 type Engine struct {
-	policies              map[string]*Policy
+	policies map[string]*Policy
+	// names are the policy_name of the policies whose config names them
+	// (PolicyConfig.Name), by id; the others are named by the id they are
+	// called with.
+	names                 map[string]string
 	alwaysAcceptNamespace string
 	recorder              Recorder
 	logger                *slog.Logger
@@ -142,7 +146,7 @@ func (e *Engine) Validate(ctx context.Context, policyID string, req *admission.R
 		return nil, &PolicyNotFoundError{ID: policyID}
 	}
 	rec := observability.Evaluation{
-		PolicyName:   policyID,
+		PolicyName:   e.nameOf(policyID),
 		PolicyMode:   p.Mode,
 		ResourceKind: req.ResourceKind(),
 		Operation:    req.Operation,
@@ -157,6 +161,14 @@ func (e *Engine) Validate(ctx context.Context, policyID string, req *admission.R
 	return e.run(ctx, p, start, rec, admissionRequest(req), origin == OriginValidate)
 }
 
+// nameOf is the policy_name of the policy called as id.
+func (e *Engine) nameOf(id string) string {
+	if name, ok := e.names[id]; ok {
+		return name
+	}
+	return id
+}
+
 // ValidateRaw evaluates a raw request (docs/compatibility.md#raw-policies): any
 // JSON value, handed to the policy as its request; a mutation is diffed against
 // the whole request.
@@ -166,7 +178,7 @@ func (e *Engine) ValidateRaw(ctx context.Context, policyID string, req *admissio
 	if !ok {
 		return nil, &PolicyNotFoundError{ID: policyID}
 	}
-	rec := observability.Evaluation{PolicyName: policyID, PolicyMode: p.Mode, Raw: true}
+	rec := observability.Evaluation{PolicyName: e.nameOf(policyID), PolicyMode: p.Mode, Raw: true}
 	return e.run(ctx, p, start, rec, rawRequest(req), true)
 }
 
@@ -217,7 +229,7 @@ func (e *Engine) run(ctx context.Context, p *Policy, start time.Time, rec observ
 		return nil, &NotEvaluatedError{PolicyID: p.ID, err: err}
 	}
 	if p.initErr != nil {
-		e.recorder.RecordInitializationError(ctx, p.ID, p.initErr.Error())
+		e.recorder.RecordInitializationError(ctx, rec.PolicyName, p.initErr.Error())
 		return failed(ctx, p, reject(req.uid, p.initErr.Error(), 500)), nil
 	}
 	resp, mutatedObject := e.evaluate(ctx, p, req)

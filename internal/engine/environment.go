@@ -394,6 +394,12 @@ func (env *Environment) snapshot() *Engine {
 		e.entries = append(e.entries, en)
 		for pid, p := range en.policies {
 			e.policies[pid] = p
+			if en.config.Name != "" {
+				if e.names == nil {
+					e.names = map[string]string{}
+				}
+				e.names[pid] = en.config.Name + strings.TrimPrefix(pid, id) // a group's members too
+			}
 		}
 	}
 	for alias, id := range env.aliases {
@@ -533,6 +539,6 @@ func (c *PolicyConfig) equal(o *PolicyConfig) bool {
 	a, errA := json.Marshal(c)
 	b, errB := json.Marshal(o)
 	return errA == nil && errB == nil && string(a) == string(b) &&
-		c.ContextAwareFromMetadata == o.ContextAwareFromMetadata &&
+		c.ContextAwareFromMetadata == o.ContextAwareFromMetadata && c.Name == o.Name &&
 		slices.Equal(c.IgnoredKeys, o.IgnoredKeys) // a new one is warned about
 }

@@ -2,17 +2,21 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
 	"github.com/wardenhq/warden/internal/admission/admissiontest"
+	"github.com/wardenhq/warden/internal/observability"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/wasm"
 )
@@ -400,5 +404,53 @@ func TestFailedStage(t *testing.T) {
 	}
 	if got := FailedStage(errors.New("other")); got != StageOther {
 		t.Errorf("FailedStage of a plain error = %q, want %q", got, StageOther)
+	}
+}
+
+// nameRecorder keeps the policy_name of each evaluation recorded.
+type nameRecorder struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (r *nameRecorder) RecordEvaluation(_ context.Context, e observability.Evaluation, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.names = append(r.names, e.PolicyName)
+}
+
+func (r *nameRecorder) RecordInitializationError(context.Context, string, string) {}
+
+// A cluster-mode replica serves each generation under <name>/<generation>:
+// the metrics name every generation, and the alias, after the policy, as
+// Kubewarden's do, so a new generation starts no new series.
+func TestEnvironmentMetricNames(t *testing.T) {
+	rec := &nameRecorder{}
+	rt, err := wasm.NewRuntime(context.Background(), wasm.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	env, err := NewEnvironment(Options{Runtime: rt, Workers: 1, Recorder: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close(context.Background()) })
+	cel := func(name string) *PolicyConfig {
+		return &PolicyConfig{Module: NativeCELModule, Name: name,
+			Settings: json.RawMessage(`{"validations":[{"expression":"true"}]}`)}
+	}
+	configs := map[string]*PolicyConfig{"p/1": cel("p"), "p/2": cel("p"), "standalone": cel("")}
+	if err := env.Init(context.Background(), configs); err != nil {
+		t.Fatal(err)
+	}
+	env.SetAliases(map[string]string{"p": "p/2"})
+	for _, id := range []string{"p/1", "p/2", "p", "standalone"} {
+		if got := answerPod(env.Validate, id, ""); got != "accept" {
+			t.Fatalf("%s answers %q", id, got)
+		}
+	}
+	if want := []string{"p", "p", "p", "standalone"}; !slices.Equal(rec.names, want) {
+		t.Errorf("policy_name of p/1, p/2, the alias p and standalone: %q, want %q", rec.names, want)
 	}
 }

@@ -187,6 +187,9 @@ func servablesOf(items []policiesv1.PolicyRevision, caps []string) []servable {
 		if err == nil {
 			sv.id, sv.unique, sv.gen = revisionID(p), p.GetUniqueName(), p.GetGeneration()
 			sv.config, err = policyconfig.Config(p, caps)
+			if err == nil {
+				sv.config.Name = sv.unique // every generation's metrics under one name
+			}
 		}
 		sv.err = err
 		out = append(out, sv)
