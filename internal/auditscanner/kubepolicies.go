@@ -197,7 +197,7 @@ func newKubeBinding(vap *admissionregistrationv1.ValidatingAdmissionPolicy, b *a
 		propertyValidationActions: strings.Join(actions, ","),
 	}}
 	kb.meta.category = vap.Annotations[policiesv1.AnnotationCategory]
-	kb.meta.severity = vap.Annotations[policiesv1.AnnotationSeverity]
+	kb.meta.severity = reportSeverity(vap.Annotations[policiesv1.AnnotationSeverity])
 	return kb
 }
 

@@ -117,6 +117,18 @@ type resultMeta struct {
 	properties         map[string]string
 }
 
+// reportSeverity is the severity a policy's results carry: its severity
+// annotation when the reports' schemas allow it, and none otherwise. The
+// API server refuses a report with any other value, which Kubewarden
+// copies as it is: every report holding the policy's results would be lost.
+func reportSeverity(annotation string) string {
+	switch annotation {
+	case "critical", "high", "medium", "low", severityInfo:
+		return annotation
+	}
+	return ""
+}
+
 // localEvaluator evaluates an object in process. It is safe for
 // concurrent use.
 type localEvaluator interface {
@@ -133,7 +145,8 @@ func newWardenAuditPolicy(p policiesv1.Policy, url string, selector labels.Selec
 	if p.GetPolicyMode() == policiesv1.PolicyModeMonitor {
 		m.severity = severityInfo
 	} else {
-		m.severity, _ = p.GetSeverity()
+		s, _ := p.GetSeverity()
+		m.severity = reportSeverity(s)
 	}
 	return &auditPolicy{
 		name: p.GetUniqueName(), url: url, selector: selector, meta: m,

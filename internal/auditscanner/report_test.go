@@ -230,3 +230,16 @@ func TestFullPatch(t *testing.T) {
 		}
 	}
 }
+
+// A severity the reports' schemas do not allow is left out, so that the
+// API server still takes the report.
+func TestReportSeverity(t *testing.T) {
+	for in, want := range map[string]string{
+		"critical": "critical", "high": "high", "medium": "medium", "low": "low", "info": "info",
+		"": "", "Critical": "", "severe": "", "5": "",
+	} {
+		if got := reportSeverity(in); got != want {
+			t.Errorf("reportSeverity(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
