@@ -52,6 +52,7 @@ func TestBuildPolicies(t *testing.T) {
 		{name: "wasi-nostdin", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "host-call", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes},
 		{name: "list-resources", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes},
+		{name: "hostile", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes},
 		{name: "nowb", mode: metadata.ModeWapc, policyType: metadata.PolicyTypeKubernetes, gcflags: "all=-l -B -wb=false"},
 		{name: "wasi-nowb", mode: metadata.ModeWASI, policyType: metadata.PolicyTypeKubernetes, gcflags: "all=-l -B -wb=false"},
 	}
