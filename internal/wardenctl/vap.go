@@ -74,9 +74,11 @@ func (a *app) scaffoldVAPCommand() *cobra.Command {
 			"module (--cel-policy), as kwctl does: the binding's metadata, the policy's resource rules and match " +
 			"policy, the selectors of both, and settings holding the policy's validations, variables, failurePolicy, " +
 			"paramKind and the binding's paramRef. The resource kind of paramKind, and v1/Namespace when an " +
-			"expression reads namespaceObject, are granted in contextAwareResources. auditAnnotations and " +
-			"matchConditions are dropped, with a warning; what cannot be converted without widening the policy " +
-			"(excludeResourceRules, resource rules in the binding) is refused.",
+			"expression reads namespaceObject, are granted in contextAwareResources. The policy's matchConditions " +
+			"become the resource's, which the API server evaluates before it calls the webhook, with the policy's " +
+			"failurePolicy; a match condition that reads params, variables or namespaceObject, which a webhook's " +
+			"cannot, is refused. auditAnnotations are dropped, with a warning; what cannot be converted without " +
+			"widening the policy (excludeResourceRules, resource rules in the binding) is refused.",
 		Args: args(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
@@ -227,6 +229,10 @@ type vapResource struct {
 		MatchPolicy           *string                     `json:"matchPolicy,omitempty"`
 		NamespaceSelector     *labelSelector              `json:"namespaceSelector,omitempty"`
 		ObjectSelector        *labelSelector              `json:"objectSelector,omitempty"`
+		// FailurePolicy and MatchConditions are written only for a policy
+		// with matchConditions, which kwctl drops.
+		FailurePolicy   *string         `json:"failurePolicy,omitempty"`
+		MatchConditions []vapExpression `json:"matchConditions,omitempty"`
 	} `json:"spec"`
 }
 
@@ -363,8 +369,15 @@ func convertVAP(module string, vap *validatingAdmissionPolicy, binding *validati
 	if len(spec.AuditAnnotations) > 0 {
 		warn("auditAnnotations are dropped: the cel-policy does not support them")
 	}
-	if spec.MatchConditions != nil {
-		warn("matchConditions are dropped: the cel-policy does not support them")
+	if len(spec.MatchConditions) > 0 {
+		if err := checkMatchConditions(spec.MatchConditions); err != nil {
+			return nil, nil, err
+		}
+		// The API server evaluates them before it calls the policy's
+		// webhook, and an error in one is decided by the webhook's
+		// failure policy, as the policy's decides in the API server.
+		res.Spec.MatchConditions = spec.MatchConditions
+		res.Spec.FailurePolicy = spec.FailurePolicy
 	}
 	if a := bspec.ValidationActions; len(a) > 0 && !slices.Contains(a, "Deny") {
 		warn("the binding's validationActions (%s) are dropped: the ClusterAdmissionPolicy rejects what the policy denies; set spec.mode: monitor to only report", strings.Join(a, ", "))

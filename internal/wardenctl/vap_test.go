@@ -180,10 +180,28 @@ func TestScaffoldVAP(t *testing.T) {
         resourceNames: [web]
         scope: Namespaced`).Replace(vapMaxReplicas) + `    - expression: "kw.k8s.apiVersion('v1').kind('Secret').get('x') != null"`,
 			warnings: []string{
-				"auditAnnotations are dropped", "matchConditions are dropped",
+				"auditAnnotations are dropped",
 				"calls kw.k8s, and contextAwareResources is empty",
 				"resourceRules[0].resourceNames are dropped", "resourceRules[0].scope is dropped",
 			},
+			absent: []string{"matchConditions"},
+		},
+		{
+			name: "matchConditions are kept, with the failure policy", binding: vapMaxReplicasBinding,
+			policy: strings.Replace(vapMaxReplicas, "spec:\n", `spec:
+  matchConditions:
+  - {name: not-system, expression: "!request.userInfo.username.startsWith('system:')"}
+  - {name: labelled, expression: "has(object.metadata.labels) && authorizer.group('apps').resource('deployments').check('get').allowed()"}
+`, 1),
+			args: []string{"--cel-policy", "ghcr.io/kubewarden/policies/cel-policy:v1.3.0"},
+			want: vapMaxReplicasResource + `  failurePolicy: Fail
+  matchConditions:
+    - expression: '!request.userInfo.username.startsWith(''system:'')'
+      name: not-system
+    - expression: has(object.metadata.labels) && authorizer.group('apps').resource('deployments').check('get').allowed()
+      name: labelled
+`,
+			absent: []string{"WARN"},
 		},
 		{
 			name: "audit-only binding", policy: vapMaxReplicas,
@@ -255,6 +273,17 @@ func TestScaffoldVAPRefused(t *testing.T) {
 			code: 1, want: "is not a valid ValidatingAdmissionPolicy"},
 		{name: "two documents", policy: vapMaxReplicas + "---\n" + vapMaxReplicas, binding: vapMaxReplicasBinding,
 			code: 1, want: "want one object, found 2 documents"},
+		{name: "match condition reading params", policy: spec(vapParams, "spec:\n", "spec:\n  matchConditions: [{name: small, expression: \"params.data.maxReplicas != '0'\"}]\n"),
+			binding: vapParamsBinding, code: 1,
+			want: "spec.matchConditions[0] (small) cannot become the ClusterAdmissionPolicy's: the API server evaluates those for its webhook, with object, oldObject, request and authorizer only (no params, variables or namespaceObject): compilation failed: ERROR: <input>:1:1: undeclared reference to 'params'"},
+		{name: "match condition reading a variable", policy: spec(vapMaxReplicas, "spec:\n", "spec:\n  matchConditions: [{name: few, expression: \"variables.replicas < 3\"}]\n"),
+			binding: vapMaxReplicasBinding, code: 1, want: "undeclared reference to 'variables'"},
+		{name: "match condition that is not a bool", policy: spec(vapMaxReplicas, "spec:\n", "spec:\n  matchConditions: [{name: str, expression: \"'yes'\"}]\n"),
+			binding: vapMaxReplicasBinding, code: 1, want: "spec.matchConditions[0] (str) cannot become the ClusterAdmissionPolicy's"},
+		{name: "match condition without name", policy: spec(vapMaxReplicas, "spec:\n", "spec:\n  matchConditions: [{expression: \"true\"}]\n"),
+			binding: vapMaxReplicasBinding, code: 1, want: "spec.matchConditions[0] has no name"},
+		{name: "match conditions of one name", policy: spec(vapMaxReplicas, "spec:\n", "spec:\n  matchConditions: [{name: a, expression: \"true\"}, {name: a, expression: \"false\"}]\n"),
+			binding: vapMaxReplicasBinding, code: 1, want: "spec.matchConditions[1]: a second match condition named a"},
 		{name: "compile to wasm", policy: vapMaxReplicas, binding: vapMaxReplicasBinding, args: []string{"--compile-to-wasm", "p.wasm"},
 			code: 2, want: "--compile-to-wasm and -f/--force are not supported"},
 	}

@@ -12,13 +12,21 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
+	"k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/cel/environment"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
@@ -47,9 +55,11 @@ type scaffolded struct {
 // scaffoldSpec is the part of a ClusterAdmissionPolicy's spec that decides
 // which requests its webhook gets.
 type scaffoldSpec struct {
-	Rules             []scaffoldRule        `json:"rules"`
-	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector"`
-	ObjectSelector    *metav1.LabelSelector `json:"objectSelector"`
+	Rules             []scaffoldRule                             `json:"rules"`
+	NamespaceSelector *metav1.LabelSelector                      `json:"namespaceSelector"`
+	ObjectSelector    *metav1.LabelSelector                      `json:"objectSelector"`
+	MatchConditions   []admissionregistrationv1.MatchCondition   `json:"matchConditions"`
+	FailurePolicy     *admissionregistrationv1.FailurePolicyType `json:"failurePolicy"`
 }
 
 type scaffoldRule struct {
@@ -76,6 +86,11 @@ func (s *scaffoldServer) answer(d *vapDiff, rc *roundCase, o *unstructured.Unstr
 			return &vapAnswer{Refused: "scaffold vap: " + sp.refused}
 		}
 		if !sp.matches(rc, o, req) {
+			continue
+		}
+		if call, err := sp.matchConditions(d.t.Context(), req); err != nil {
+			return &vapAnswer{Code: 500, Message: err.Error()}
+		} else if !call {
 			continue
 		}
 		review, err := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: req})
@@ -143,6 +158,40 @@ func (sp *scaffolded) matches(rc *roundCase, o *unstructured.Unstructured, req *
 		}
 	}
 	return selects(sp.spec.NamespaceSelector, nil)
+}
+
+// webhookConditions compiles a webhook's matchConditions as the API
+// server does; its environment is built once.
+var webhookConditions = sync.OnceValue(func() plugincel.ConditionCompiler {
+	return plugincel.NewConditionCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
+})
+
+// matchConditions evaluates the scaffolded policy's matchConditions as the
+// API server evaluates its webhook's (the controller copies them there),
+// with its failurePolicy: whether the webhook is called, or the error that
+// rejects the request. The API server's authorizer is not at hand: a
+// condition that asks it fails.
+func (sp *scaffolded) matchConditions(ctx context.Context, req *admissionv1.AdmissionRequest) (bool, error) {
+	if len(sp.spec.MatchConditions) == 0 {
+		return true, nil
+	}
+	exprs := make([]plugincel.ExpressionAccessor, len(sp.spec.MatchConditions))
+	for i, c := range sp.spec.MatchConditions {
+		exprs[i] = &matchconditions.MatchCondition{Name: c.Name, Expression: c.Expression}
+	}
+	m := matchconditions.NewMatcher(webhookConditions().CompileCondition(exprs, plugincel.OptionalVariableDeclarations{HasAuthorizer: true},
+		environment.StoredExpressions), sp.spec.FailurePolicy, "webhook", "validating", sp.id)
+	obj := &unstructured.Unstructured{}
+	if err := obj.UnmarshalJSON(req.Object.Raw); err != nil {
+		return false, err
+	}
+	gvk := schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
+	gvr := schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource}
+	who := &user.DefaultInfo{Name: req.UserInfo.Username, UID: req.UserInfo.UID, Groups: req.UserInfo.Groups}
+	attrs := admission.NewAttributesRecord(obj, nil, gvk, req.Namespace, req.Name, gvr, req.SubResource,
+		admission.Operation(req.Operation), nil, true, who)
+	r := m.Match(ctx, &admission.VersionedAttributes{Attributes: attrs, VersionedKind: gvk, VersionedObject: obj}, nil, nil)
+	return r.Matches, r.Error
 }
 
 // startScaffoldServer converts every binding of every

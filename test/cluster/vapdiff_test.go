@@ -74,12 +74,10 @@ var vapKnownDifferences = []vapKnownDifference{
 		"a policy the API server refuses is converted; its load error denies every request"},
 	{"scaffold-refused-policies", "scaffold", "vap-does-not-compile/syntax-error", "ConfigMap other", "allowed",
 		"a policy the API server refuses is converted; its load error denies every request"},
-	{"scaffold-refused-policies", "scaffold", "vap-does-not-compile/match-condition-not-bool", "ConfigMap ok-a", "allowed",
-		"a policy the API server refuses for its match condition is converted without it, and denies every ConfigMap"},
-	{"scaffold-refused-policies", "scaffold", "vap-does-not-compile/match-condition-not-bool", "ConfigMap other", "allowed",
-		"a policy the API server refuses for its match condition is converted without it, and denies every ConfigMap"},
-	{"scaffold-match-conditions", "scaffold", "with-match-conditions/disallow-host-path", "Pod skipped-pod", "allowed",
-		"scaffold vap drops matchConditions: an object they exclude is denied"},
+	{"scaffold-refused-match-condition", "scaffold", "vap-does-not-compile/match-condition-not-bool", "ConfigMap ok-a", "refusal",
+		"scaffold vap refuses the policy, as the API server does, for its match condition; the test compares with the API server's answer without the policy"},
+	{"scaffold-refused-match-condition", "scaffold", "vap-does-not-compile/match-condition-not-bool", "ConfigMap other", "refusal",
+		"scaffold vap refuses the policy, as the API server does, for its match condition; the test compares with the API server's answer without the policy"},
 }
 
 // vapKnownDifference is one expected difference: on path ("kubepolicy" or
