@@ -75,6 +75,7 @@ type session struct {
 // remote modules into the store.
 func (a *app) loadSession(ctx context.Context, configs map[string]*engine.PolicyConfig, o sessionOptions) (*session, error) {
 	logger := a.logger()
+	a.routeLibraryLogs()
 	cfg := wasm.Config{Logger: logger, MaxHostCallBytes: o.MaxHostCallBytes, MaxResponseBytes: o.MaxResponseBytes}
 	if !o.DisableCache {
 		cfg.CacheDir = a.wasmCacheDir()

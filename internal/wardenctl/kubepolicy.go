@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+
+	"k8s.io/klog/v2"
 
 	"github.com/wardenhq/warden/internal/engine"
 	"github.com/wardenhq/warden/internal/observability"
@@ -117,9 +120,6 @@ func (k *kubeManifests) hasPolicy() bool {
 type kubePolicy struct {
 	name   string
 	config *engine.PolicyConfig
-	// bound is false when the file holds no binding of the policy: the API
-	// server then evaluates it for no request.
-	bound bool
 }
 
 // policies puts the collected objects together: each policy gets the
@@ -173,8 +173,7 @@ func (k *kubeManifests) policies() ([]kubePolicy, error) {
 			return nil, err
 		}
 		out = append(out, kubePolicy{
-			name:  p.Metadata.Name,
-			bound: len(settings.Bindings) > 0,
+			name: p.Metadata.Name,
 			config: &engine.PolicyConfig{Module: kind.module, PolicyMode: engine.ModeProtect, AllowedToMutate: true,
 				Settings: b},
 		})
@@ -183,17 +182,13 @@ func (k *kubeManifests) policies() ([]kubePolicy, error) {
 		if used[i] {
 			continue
 		}
-		switch {
-		case o.isBinding():
+		if o.isBinding() {
 			return nil, fmt.Errorf("%s: the %s %s binds %q, and the file holds no %s of that name: put the policy and its bindings in the same file",
 				o.where, o.Kind, o.Metadata.Name, o.Spec.PolicyName, strings.TrimSuffix(o.Kind, "Binding"))
-		case o.isKubePolicy():
-			// used above
-		default:
-			return nil, fmt.Errorf("%s %s, which no policy of the file uses: a file of Kubernetes admission policies holds "+
-				"ValidatingAdmissionPolicies and MutatingAdmissionPolicies (%s), their bindings, the objects their paramKind "+
-				"names, and v1 Namespaces", o.where, o.describe(), admissionRegistrationV1)
 		}
+		return nil, fmt.Errorf("%s %s, which no policy of the file uses: a file of Kubernetes admission policies holds "+
+			"ValidatingAdmissionPolicies and MutatingAdmissionPolicies (%s), their bindings, the objects their paramKind "+
+			"names, and v1 Namespaces", o.where, o.describe(), admissionRegistrationV1)
 	}
 	return out, nil
 }
@@ -267,4 +262,40 @@ func (a *app) suiteManifest(ctx context.Context, dir string, s *testSuite) (*nam
 	grantCapabilities(ps, []string{"*"})
 	a.warnUnbound(ctx, ps)
 	return &ps[0], nil
+}
+
+// routeLibraryLogs sends klog's lines to wardenctl's log, with its
+// informational lines at debug level: the API server's admission plugins
+// (builtin://vap and builtin://map) and client-go log with klog, which
+// would otherwise print its own text lines on standard error. They show
+// with -v; warnings and errors show as wardenctl's own. klog is global:
+// the last command run in the process owns it.
+func (a *app) routeLibraryLogs() {
+	klog.SetSlogLogger(slog.New(demoteInfo{a.logger().Handler()}))
+}
+
+// demoteInfo is a handler that turns records below warning level into
+// debug records.
+type demoteInfo struct{ slog.Handler }
+
+func (h demoteInfo) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, demoted(l))
+}
+
+func (h demoteInfo) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = demoted(r.Level)
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h demoteInfo) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return demoteInfo{h.Handler.WithAttrs(attrs)}
+}
+
+func (h demoteInfo) WithGroup(name string) slog.Handler { return demoteInfo{h.Handler.WithGroup(name)} }
+
+func demoted(l slog.Level) slog.Level {
+	if l < slog.LevelWarn {
+		return slog.LevelDebug
+	}
+	return l
 }

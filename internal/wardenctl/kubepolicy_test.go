@@ -161,6 +161,17 @@ func TestRunKubePolicy(t *testing.T) {
 		})
 	}
 
+	t.Run("klog's lines show only with -v", func(t *testing.T) {
+		pol := write(t, dir, "logs.yaml", yamlDocs(requireLabel(""), requireLabelBinding("[Deny]"), teamLabelParam))
+		const line = `level=DEBUG msg="Caches are synced"`
+		if r := env.run("-v", "run", "-r", unlabelled, pol); r.code != 0 || !strings.Contains(r.stderr, line) {
+			t.Errorf("with -v, want %q on stderr: %s", line, r)
+		}
+		if r := env.run("run", "-r", unlabelled, pol); r.code != 0 || strings.Contains(r.stderr, "Caches are synced") {
+			t.Errorf("without -v, want no klog line on stderr: %s", r)
+		}
+	})
+
 	t.Run("a labelled pod is allowed", func(t *testing.T) {
 		r := env.run("run", "-r", labelled, write(t, dir, "allowed.yaml", yamlDocs(requireLabel(""), requireLabelBinding("[Deny]"), teamLabelParam)))
 		if r.code != 0 {
