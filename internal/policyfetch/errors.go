@@ -49,9 +49,17 @@ func describe(err error, host string, credentialed bool) error {
 	// The order matters: a name that does not resolve and a connection
 	// that times out are also context.DeadlineExceeded (the net package's
 	// timeouts say so), and their cause must not be reduced to that.
+	var (
+		idle    *idleError
+		timeout *fetchTimeoutError
+	)
 	switch {
 	case errors.As(err, &ce):
 		return ce
+	case errors.As(err, &idle):
+		return idle
+	case errors.As(err, &timeout):
+		return timeout
 	case errors.As(err, &ph):
 		return causef(err, "%s", ph.Error())
 	case errors.Is(err, context.Canceled):

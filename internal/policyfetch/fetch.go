@@ -2,6 +2,7 @@ package policyfetch
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/wardenhq/warden/internal/buildinfo"
 	"github.com/wardenhq/warden/internal/observability"
@@ -58,7 +60,20 @@ type Options struct {
 	// https:// modules) advance; manifests and signatures are not
 	// reported.
 	Progress Progress
+	// ConnectTimeout bounds connecting to a registry or HTTPS server,
+	// the TLS handshake included; IdleTimeout bounds the wait for any
+	// byte of an answer (its headers, or the next bytes of its body);
+	// Timeout bounds a whole fetch, however fast the bytes come. Zero
+	// means DefaultConnectTimeout, DefaultIdleTimeout, DefaultTimeout.
+	ConnectTimeout, IdleTimeout, Timeout time.Duration
 }
+
+// Defaults of Options' timeouts.
+const (
+	DefaultConnectTimeout = 10 * time.Second
+	DefaultIdleTimeout    = 30 * time.Second
+	DefaultTimeout        = 5 * time.Minute
+)
 
 // Module is a fetched policy module.
 type Module struct {
@@ -90,6 +105,7 @@ type Fetcher struct {
 
 	verifier Verifier
 	progress Progress
+	timeout  time.Duration // of a whole remote fetch
 }
 
 // New returns a Fetcher. It reads nothing and connects nowhere.
@@ -101,7 +117,7 @@ func New(opts Options) (*Fetcher, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	tr := newTransport(opts.Sources)
+	tr := newTransport(opts.Sources, cmp.Or(opts.ConnectTimeout, DefaultConnectTimeout), cmp.Or(opts.IdleTimeout, DefaultIdleTimeout))
 	client := &http.Client{Transport: tr}
 	f := &Fetcher{
 		store:   opts.StoreDir,
@@ -113,6 +129,7 @@ func New(opts Options) (*Fetcher, error) {
 
 		verifier: opts.Verifier,
 		progress: opts.Progress,
+		timeout:  cmp.Or(opts.Timeout, DefaultTimeout),
 	}
 	f.auth = &auth.Client{
 		Client:     client,
@@ -133,9 +150,10 @@ func (f *Fetcher) Close() { f.tr.CloseIdleConnections() }
 // store when it is there. Errors read "fetching <uri>: <cause>" on one line,
 // and a failed fetch leaves nothing in the store.
 //
-// ctx bounds the wait, and with it the download: there is no other timeout.
-// Cancelling ctx makes this call return; the download goes on while other
-// callers of the same URI still wait for it, and stops when none is left.
+// ctx bounds the wait, and with it the download, as do the Options'
+// timeouts (connect, idle, and the whole fetch). Cancelling ctx makes this
+// call return; the download goes on while other callers of the same URI
+// still wait for it, and stops when none is left.
 func (f *Fetcher) Fetch(ctx context.Context, uri string) (Module, error) {
 	loc, err := parseURI(uri)
 	if err != nil {
@@ -152,7 +170,14 @@ func (f *Fetcher) Fetch(ctx context.Context, uri string) (Module, error) {
 		return m, nil
 	}
 	m, err := f.flights.do(ctx, loc.uri, func(ctx context.Context) (Module, error) {
-		return f.fetchRemote(ctx, loc)
+		ctx, cancel := context.WithTimeoutCause(ctx, f.timeout, &fetchTimeoutError{after: f.timeout})
+		defer cancel()
+		m, err := f.fetchRemote(ctx, loc)
+		var timeout *fetchTimeoutError
+		if err != nil && errors.As(context.Cause(ctx), &timeout) {
+			return Module{}, timeout
+		}
+		return m, err
 	})
 	if err != nil {
 		return Module{}, fmt.Errorf("fetching %s: %w", loc.uri, err)
@@ -216,7 +241,7 @@ func (f *Fetcher) download(ctx context.Context, loc location) ([]byte, error) {
 	if resp.ContentLength > maxModuleSize {
 		return nil, fmt.Errorf("the module is %d bytes, more than the %d limit", resp.ContentLength, maxModuleSize)
 	}
-	data, err := io.ReadAll(io.LimitReader(f.withProgress(resp.Body, resp.ContentLength), maxModuleSize+1))
+	data, err := io.ReadAll(io.LimitReader(f.withProgress(ctx, resp.Body, resp.ContentLength), maxModuleSize+1))
 	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF) && resp.ContentLength > 0:
 		return nil, causef(err, "download truncated: got %d of %d bytes", len(data), resp.ContentLength)
@@ -229,6 +254,16 @@ func (f *Fetcher) download(ctx context.Context, loc location) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// fetchTimeoutError is a fetch that took longer than Options.Timeout.
+type fetchTimeoutError struct{ after time.Duration }
+
+func (e *fetchTimeoutError) Error() string {
+	return fmt.Sprintf("gave up after %s (the fetch timeout)", e.after)
+}
+
+// Unwrap makes the fetch timeout a deadline, as errors.Is sees it.
+func (e *fetchTimeoutError) Unwrap() error { return context.DeadlineExceeded }
 
 // readModule reads a module file (ReadFile).
 func readModule(uri, path string) (Module, error) {

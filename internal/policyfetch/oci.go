@@ -232,7 +232,7 @@ func (f *Fetcher) blob(ctx context.Context, r registry.Reference, desc ocispec.D
 		defer rc.Close()
 		var r io.Reader = rc
 		if what == "layer" { // the module, not a signature or a config
-			r = f.withProgress(rc, desc.Size)
+			r = f.withProgress(ctx, rc, desc.Size)
 		}
 		data, err = readVerified(r, desc, what)
 		return err

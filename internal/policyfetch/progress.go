@@ -1,6 +1,9 @@
 package policyfetch
 
-import "io"
+import (
+	"context"
+	"io"
+)
 
 // Progress is told how a download advances: done bytes of total (-1 when
 // the server does not say). It is called from the downloading goroutine,
@@ -25,10 +28,31 @@ func (p *progressReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// withProgress wraps r so that f's Progress, if any, hears of its reads.
-func (f *Fetcher) withProgress(r io.Reader, total int64) io.Reader {
-	if f.progress == nil {
+type progressKey struct{}
+
+// WithProgress returns a context under which the module downloads of
+// Fetch tell report how they advance, as Options.Progress does; a fetch
+// shared by several callers reports to the first caller's.
+func WithProgress(ctx context.Context, report Progress) context.Context {
+	return context.WithValue(ctx, progressKey{}, report)
+}
+
+// withProgress wraps r so that f's Progress and ctx's, if any, hear of its
+// reads.
+func (f *Fetcher) withProgress(ctx context.Context, r io.Reader, total int64) io.Reader {
+	report, _ := ctx.Value(progressKey{}).(Progress)
+	switch {
+	case report != nil && f.progress != nil:
+		both, own := report, f.progress
+		report = func(done, total int64) {
+			own(done, total)
+			both(done, total)
+		}
+	case report == nil:
+		report = f.progress
+	}
+	if report == nil {
 		return r
 	}
-	return &progressReader{r: r, total: total, report: f.progress}
+	return &progressReader{r: r, total: total, report: report}
 }

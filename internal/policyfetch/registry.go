@@ -88,7 +88,7 @@ func (f *Fetcher) pullLayer(ctx context.Context, repo *remote.Repository) ([]byt
 		return nil, err
 	}
 	defer rc.Close()
-	return readVerified(f.withProgress(rc, layer.Size), layer, "layer")
+	return readVerified(f.withProgress(ctx, rc, layer.Size), layer, "layer")
 }
 
 // policyLayer checks that a manifest is Kubewarden's shape and returns its

@@ -1,9 +1,12 @@
 package policyfetch
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,6 +24,9 @@ import (
 type transport struct {
 	sources *Sources
 	proxy   func(*url.URL) (*url.URL, error)
+	// connect bounds connecting, TLS handshake included; idle bounds the
+	// wait for any byte of an answer (Options).
+	connect, idle time.Duration
 	// resolver looks host names up; nil is the system's. Tests set it
 	// before the first request, so that no lookup leaves the machine.
 	resolver *net.Resolver
@@ -29,12 +35,12 @@ type transport struct {
 	byHost map[string]*http.Transport
 }
 
-func newTransport(s *Sources) *transport {
+func newTransport(s *Sources, connect, idle time.Duration) *transport {
 	cfg := httpproxy.FromEnvironment()
 	if s != nil && s.Proxies != nil {
 		cfg = &httpproxy.Config{HTTPProxy: s.Proxies.HTTPProxy, HTTPSProxy: s.Proxies.HTTPSProxy, NoProxy: s.Proxies.NoProxy}
 	}
-	return &transport{sources: s, proxy: cfg.ProxyFunc(), byHost: map[string]*http.Transport{}}
+	return &transport{sources: s, proxy: cfg.ProxyFunc(), connect: connect, idle: idle, byHost: map[string]*http.Transport{}}
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -47,7 +53,81 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, &plainHTTPError{host: host}
 	}
-	return t.forHost(host, insecure).RoundTrip(req)
+	// The idle timer runs from the request to the headers, then from one
+	// read of the body to the next; when it fires it cancels the request.
+	ctx, cancel := context.WithCancelCause(req.Context())
+	idle := &idleError{host: host, after: t.idle}
+	timer := time.AfterFunc(t.idle, func() { cancel(idle) })
+	resp, err := t.forHost(host, insecure).RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		timer.Stop()
+		err = t.cause(ctx, host, err)
+		cancel(nil)
+		return nil, err
+	}
+	timer.Reset(t.idle)
+	resp.Body = &idleBody{ReadCloser: resp.Body, ctx: ctx, cancel: cancel, timer: timer, idle: t.idle}
+	return resp, nil
+}
+
+// cause returns the error of a request: the idle timeout when it fired,
+// the connect timeout when connecting took too long.
+func (t *transport) cause(ctx context.Context, host string, err error) error {
+	var idle *idleError
+	if errors.As(context.Cause(ctx), &idle) {
+		return idle
+	}
+	var (
+		ne  net.Error
+		dns *net.DNSError // a name server's timeout says which name: describe tells it
+	)
+	if errors.As(err, &ne) && ne.Timeout() && !errors.As(err, &dns) && ctx.Err() == nil {
+		return causef(err, "cannot connect to %s within %s (the fetch connect timeout)", host, t.connect)
+	}
+	return err
+}
+
+// idleError is a fetch that received no byte for the idle timeout.
+type idleError struct {
+	host  string
+	after time.Duration
+}
+
+func (e *idleError) Error() string {
+	return fmt.Sprintf("no byte received from %s for %s (the fetch idle timeout)", e.host, e.after)
+}
+
+// Unwrap makes the idle timeout a deadline, as errors.Is sees it.
+func (e *idleError) Unwrap() error { return context.DeadlineExceeded }
+
+// idleBody is an answer's body whose reads keep its idle timer from firing.
+type idleBody struct {
+	io.ReadCloser
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
+	idle   time.Duration
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		var idle *idleError
+		if errors.As(context.Cause(b.ctx), &idle) {
+			return n, idle
+		}
+	}
+	if n > 0 {
+		b.timer.Reset(b.idle)
+	}
+	return n, err
+}
+
+func (b *idleBody) Close() error {
+	b.timer.Stop()
+	err := b.ReadCloser.Close()
+	b.cancel(nil)
+	return err
 }
 
 func (t *transport) forHost(host string, insecure bool) *http.Transport {
@@ -58,10 +138,10 @@ func (t *transport) forHost(host string, insecure bool) *http.Transport {
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = func(r *http.Request) (*url.URL, error) { return t.proxy(r.URL) }
-	if t.resolver != nil {
-		// http.DefaultTransport's dialer, with the resolver.
-		tr.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Resolver: t.resolver}).DialContext
-	}
+	// http.DefaultTransport's dialer, with the connect timeout (and the
+	// resolver of tests).
+	tr.DialContext = (&net.Dialer{Timeout: t.connect, KeepAlive: 30 * time.Second, Resolver: t.resolver}).DialContext
+	tr.TLSHandshakeTimeout = t.connect
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure}
 	if cas := t.sources.authorities(host); len(cas) > 0 && !insecure {
 		pool, err := x509.SystemCertPool()
