@@ -237,6 +237,21 @@ func (env *Environment) Apply(ctx context.Context, configs map[string]*PolicyCon
 	return changes
 }
 
+// Changed returns the policies of configs that Apply would build (new
+// ones, and those that differ from what serves), each with the URIs of the
+// modules it loads, so that a caller can fetch them first.
+func (env *Environment) Changed(configs map[string]*PolicyConfig) map[string][]string {
+	env.stateMu.Lock()
+	defer env.stateMu.Unlock()
+	out := map[string][]string{}
+	for id, c := range configs {
+		if old, ok := env.entries[id]; !ok || !old.config.equal(c) {
+			out[id] = c.modules()
+		}
+	}
+	return out
+}
+
 // SetAliases makes each policy of aliases (alias -> id) answer under its
 // alias as well, in place of the aliases set before; a group's members
 // answer under alias/member. An alias of an id not served answers nothing

@@ -48,6 +48,12 @@ func TestLimitOptions(t *testing.T) {
 					t.Errorf("host call %d, response %d", o.MaxHostCallBytes, o.MaxResponseBytes)
 				}
 			}},
+		{name: "fetch timeouts: defaults and flags", args: []string{"--fetch-idle-timeout", "5s"}, check: func(t *testing.T, o Options) {
+			if o.FetchConnectTimeout != 10*time.Second || o.FetchIdleTimeout != 5*time.Second || o.FetchTimeout != 5*time.Minute {
+				t.Errorf("connect %s, idle %s, fetch %s", o.FetchConnectTimeout, o.FetchIdleTimeout, o.FetchTimeout)
+			}
+		}},
+		{name: "no fetch timeout", args: []string{"--fetch-timeout", "0s"}, wantErr: "--fetch-connect-timeout, --fetch-idle-timeout and --fetch-timeout must be positive"},
 		{name: "no host call payload", args: []string{"--max-host-call-payload-bytes", "0"}, wantErr: "--max-host-call-payload-bytes must be positive"},
 		{name: "no response", args: []string{"--max-policy-response-bytes", "0"}, wantErr: "--max-policy-response-bytes must be positive"},
 		{name: "no read timeout", args: []string{"--request-read-timeout", "0s"}, wantErr: "--request-read-timeout must be positive"},

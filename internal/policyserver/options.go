@@ -17,6 +17,7 @@ import (
 
 	"github.com/wardenhq/warden/internal/certwatch"
 	"github.com/wardenhq/warden/internal/engine"
+	"github.com/wardenhq/warden/internal/policyfetch"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -57,8 +58,13 @@ type Options struct {
 	// answer (wasm.Config.MaxResponseBytes).
 	MaxHostCallBytes int
 	MaxResponseBytes int
-	NativeCELPolicy  bool
-	WatchPolicies    bool
+	// FetchConnectTimeout, FetchIdleTimeout and FetchTimeout bound the
+	// fetches of remote modules (policyfetch.Options).
+	FetchConnectTimeout time.Duration
+	FetchIdleTimeout    time.Duration
+	FetchTimeout        time.Duration
+	NativeCELPolicy     bool
+	WatchPolicies       bool
 
 	// MaxInFlightBodyBytes bounds the bytes of request bodies held at once,
 	// across all connections; 0 is 4 × MaxRequestBodySize.
@@ -130,25 +136,28 @@ func DefaultOptions() Options {
 		cache = filepath.Join(dir, "warden", "wasm")
 	}
 	return Options{
-		Addr:               "0.0.0.0",
-		Port:               3000,
-		ReadinessProbePort: 8081,
-		Workers:            runtime.NumCPU(),
-		PoliciesPath:       "policies.yml",
-		DownloadDir:        ".",
-		SigstoreCacheDir:   "sigstore-data",
-		LogLevel:           "info",
-		LogFormat:          "text",
-		PolicyTimeout:      2 * time.Second,
-		CacheDir:           cache,
-		MemoryLimitMiB:     512,
-		MaxRequestBodySize: 16 << 20,
-		MaxHostCallBytes:   wasm.DefaultMaxHostCallBytes,
-		MaxResponseBytes:   wasm.DefaultMaxResponseBytes,
-		RequestReadTimeout: 10 * time.Second,
-		TLSMinVersion:      "1.2",
-		NativeCELPolicy:    true,
-		WatchPolicies:      true,
+		Addr:                "0.0.0.0",
+		Port:                3000,
+		ReadinessProbePort:  8081,
+		Workers:             runtime.NumCPU(),
+		PoliciesPath:        "policies.yml",
+		DownloadDir:         ".",
+		SigstoreCacheDir:    "sigstore-data",
+		LogLevel:            "info",
+		LogFormat:           "text",
+		PolicyTimeout:       2 * time.Second,
+		CacheDir:            cache,
+		MemoryLimitMiB:      512,
+		MaxRequestBodySize:  16 << 20,
+		MaxHostCallBytes:    wasm.DefaultMaxHostCallBytes,
+		MaxResponseBytes:    wasm.DefaultMaxResponseBytes,
+		FetchConnectTimeout: policyfetch.DefaultConnectTimeout,
+		FetchIdleTimeout:    policyfetch.DefaultIdleTimeout,
+		FetchTimeout:        policyfetch.DefaultTimeout,
+		RequestReadTimeout:  10 * time.Second,
+		TLSMinVersion:       "1.2",
+		NativeCELPolicy:     true,
+		WatchPolicies:       true,
 	}
 }
 
@@ -185,6 +194,9 @@ var flagEnv = map[string]string{
 	"max-in-flight-request-body-bytes":     "WARDEN_MAX_IN_FLIGHT_REQUEST_BODY_BYTES",
 	"max-host-call-payload-bytes":          "WARDEN_MAX_HOST_CALL_PAYLOAD_BYTES",
 	"max-policy-response-bytes":            "WARDEN_MAX_POLICY_RESPONSE_BYTES",
+	"fetch-connect-timeout":                "WARDEN_FETCH_CONNECT_TIMEOUT",
+	"fetch-idle-timeout":                   "WARDEN_FETCH_IDLE_TIMEOUT",
+	"fetch-timeout":                        "WARDEN_FETCH_TIMEOUT",
 	"request-read-timeout":                 "WARDEN_REQUEST_READ_TIMEOUT",
 	"tls-min-version":                      "WARDEN_TLS_MIN_VERSION",
 	"tls-cipher-suites":                    "WARDEN_TLS_CIPHER_SUITES",
@@ -232,6 +244,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.MaxRequestBodySize, "max-request-body-bytes", o.MaxRequestBodySize, "Largest request body accepted")
 	fs.IntVar(&o.MaxHostCallBytes, "max-host-call-payload-bytes", o.MaxHostCallBytes, "Largest payload a policy may hand the host in one host call (a tracing/log line included); a larger call fails, naming this limit, and the policy gets that error")
 	fs.IntVar(&o.MaxResponseBytes, "max-policy-response-bytes", o.MaxResponseBytes, "Largest answer a wasm policy may give to one evaluation; a larger one is an evaluation error (allowed false, code 500) naming this limit")
+	fs.DurationVar(&o.FetchConnectTimeout, "fetch-connect-timeout", o.FetchConnectTimeout, "Longest time to connect to a registry or HTTPS server for a module, TLS handshake included")
+	fs.DurationVar(&o.FetchIdleTimeout, "fetch-idle-timeout", o.FetchIdleTimeout, "A module fetch fails when no byte arrives for this long (headers or body)")
+	fs.DurationVar(&o.FetchTimeout, "fetch-timeout", o.FetchTimeout, "Longest time a module fetch may take, however fast its bytes come; a reload does not wait for it (the policy shows as fetching in /policies)")
 	fs.Int64Var(&o.MaxInFlightBodyBytes, "max-in-flight-request-body-bytes", o.MaxInFlightBodyBytes, "Most bytes of request bodies held in memory at once, across all connections; a request that cannot get its bytes within a second is answered 429 with Retry-After (0: 4 × --max-request-body-bytes)")
 	fs.DurationVar(&o.RequestReadTimeout, "request-read-timeout", o.RequestReadTimeout, "Longest time to receive a request, headers and body, on every listener (the headers alone: 10s at most); a slower webhook request is answered 408, and the connection closed")
 	fs.StringVar(&o.TLSMinVersion, "tls-min-version", o.TLSMinVersion, "Oldest TLS version accepted: 1.2 or 1.3 (or VersionTLS12, VersionTLS13)")
@@ -335,6 +350,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxResponseBytes <= 0 {
 		errs = append(errs, errors.New("--max-policy-response-bytes must be positive"))
+	}
+	if o.FetchConnectTimeout <= 0 || o.FetchIdleTimeout <= 0 || o.FetchTimeout <= 0 {
+		errs = append(errs, errors.New("--fetch-connect-timeout, --fetch-idle-timeout and --fetch-timeout must be positive"))
 	}
 	if o.RequestReadTimeout <= 0 {
 		errs = append(errs, errors.New("--request-read-timeout must be positive"))

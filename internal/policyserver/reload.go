@@ -118,14 +118,32 @@ func (s *Server) Reload(ctx context.Context) []engine.Change {
 		s.metrics.RecordReload(ctx, "", "read", true)
 		return nil
 	}
+	// A policy whose modules are still being fetched waits out of this
+	// reload; the end of its fetch reloads again (prefetcher).
+	used := s.prefetch.hold(ctx, configs, s.env.Configs(), s.env.Changed(configs))
 	s.startReflectors(ctx, configs)
 	changes := s.env.Apply(ctx, configs)
+	s.prefetch.forget(used)
 	for _, c := range changes {
 		s.recordReload(ctx, c)
 	}
 	s.retainReflectors(ctx)
 	return changes
 }
+
+// prefetched is called when a fetch that a reload started has ended: the
+// policies that waited for it are applied by the reload it starts.
+func (s *Server) prefetched(ctx context.Context, uri string, err error) {
+	if err != nil {
+		s.logger.WarnContext(ctx, "module fetch for a policy change failed: reloading to report it", keyModule, uri, observability.KeyError, err)
+	} else {
+		s.logger.InfoContext(ctx, "module fetched for a policy change: reloading", keyModule, uri)
+	}
+	s.Reload(ctx)
+}
+
+// keyModule is the log key of a module URI.
+const keyModule = "module"
 
 // recordReload logs a change and counts it in warden_policy_reload_total.
 func (s *Server) recordReload(ctx context.Context, c engine.Change) {
@@ -192,14 +210,14 @@ func (s *Server) watchPolicies(ctx context.Context) error {
 // policiesStatus is the answer of GET /policies.
 type policiesStatus struct {
 	// FileError is why the policies file last failed to be read, if it did.
-	FileError string                `json:"fileError,omitempty"`
-	Policies  []engine.PolicyStatus `json:"policies"`
+	FileError string        `json:"fileError,omitempty"`
+	Policies  []policyState `json:"policies"`
 }
 
 // handlePolicies serves GET /policies on the readiness port: the state of
 // every policy, as hot reload left it.
 func (s *Server) handlePolicies(w http.ResponseWriter, _ *http.Request) {
-	out := policiesStatus{Policies: s.env.Status()}
+	out := policiesStatus{Policies: withFetches(s.env.Status(), s.prefetch.status())}
 	if msg := s.fileErr.Load(); msg != nil {
 		out.FileError = *msg
 	}

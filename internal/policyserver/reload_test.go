@@ -264,6 +264,12 @@ func TestHotReloadFailures(t *testing.T) {
 			}
 			changes := ts.srv.Reload(t.Context())
 			fileErr, status := ts.policiesStatus(t)
+			// A remote module is fetched in the background: the reload
+			// that follows its fetch reports the outcome.
+			for deadline := time.Now().Add(reloadWait); status["p"].State == "fetching" && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+				fileErr, status = ts.policiesStatus(t)
+			}
 			if (s.wantFile == "") != (fileErr == "") || !strings.Contains(fileErr, s.wantFile) {
 				t.Errorf("file error %q, want one naming %q", fileErr, s.wantFile)
 			}

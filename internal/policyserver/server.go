@@ -62,6 +62,9 @@ type Server struct {
 	// bodies bounds the request bodies held in memory at once.
 	bodies *bodyBudget
 
+	// prefetch fetches the modules of changed policies for Reload, in the
+	// background (standalone mode; nil in cluster mode).
+	prefetch *prefetcher
 	reloadMu sync.Mutex             // serialises reloads
 	fileErr  atomic.Pointer[string] // why the policies file last failed to be read
 
@@ -160,6 +163,12 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	if s.fetcher, err = newFetcher(opts, logger, verifier); err != nil {
 		return nil, err
 	}
+	if s.revs == nil {
+		s.prefetch = newPrefetcher(func(ctx context.Context, uri string) ([]byte, error) {
+			m, err := s.fetcher.Fetch(ctx, uri)
+			return m.Bytes, err
+		}, s.prefetched)
+	}
 	// Run natively, Kubewarden's cel-policy would never be fetched, so its
 	// signature never checked: with verification on, it runs from its
 	// verified module.
@@ -232,9 +241,15 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 // tried again later.
 const clusterFetchTimeout = 2 * time.Minute
 
-// fetch returns the module at uri, through the server's fetcher, within
-// s.fetchTimeout when it is set. It is the engine's Options.Fetch.
+// fetch returns the module at uri: what a reload fetched beforehand (see
+// prefetcher), or through the server's fetcher, within s.fetchTimeout when
+// it is set. It is the engine's Options.Fetch.
 func (s *Server) fetch(ctx context.Context, uri string) ([]byte, error) {
+	if s.prefetch != nil {
+		if data, err, ok := s.prefetch.take(uri); ok {
+			return data, err
+		}
+	}
 	if s.fetchTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, s.fetchTimeout,
@@ -548,5 +563,8 @@ func newFetcher(opts Options, logger *slog.Logger, verifier policyfetch.Verifier
 		DockerConfigPath: opts.DockerConfigPath,
 		Logger:           logger,
 		Verifier:         verifier,
+		ConnectTimeout:   opts.FetchConnectTimeout,
+		IdleTimeout:      opts.FetchIdleTimeout,
+		Timeout:          opts.FetchTimeout,
 	})
 }
