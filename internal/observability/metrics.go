@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/otlptranslator"
 	"go.opentelemetry.io/otel/attribute"
@@ -141,6 +142,10 @@ type Metrics struct {
 // Call [Metrics.Shutdown] to flush and stop the OTLP push.
 func NewMetrics(ctx context.Context, opts MetricsOptions) (*Metrics, error) {
 	registry := prometheus.NewRegistry()
+	// The process's memory, CPU and file descriptors and the Go runtime's
+	// heap and goroutines, under their usual names (process_*, go_*): what
+	// a dashboard shows of a policy server besides its evaluations.
+	registry.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	promReader, err := otelprom.New(
 		otelprom.WithRegisterer(registry),
 		// Names verbatim: Kubewarden's instrument names already end in _total

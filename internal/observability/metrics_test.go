@@ -36,12 +36,37 @@ func newTestMetrics(t *testing.T, opts MetricsOptions) *Metrics {
 // scrape GETs the handler and returns the body.
 func scrape(t *testing.T, m *Metrics) string {
 	t.Helper()
+	var out strings.Builder
+	for line := range strings.Lines(scrapeAll(t, m)) {
+		name := strings.TrimPrefix(strings.TrimPrefix(line, "# HELP "), "# TYPE ")
+		if !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
+			out.WriteString(line)
+		}
+	}
+	return out.String()
+}
+
+// scrapeAll is the whole of /metrics, the runtime's families (go_*,
+// process_*) included; scrape leaves them out.
+func scrapeAll(t *testing.T, m *Metrics) string {
+	t.Helper()
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /metrics: status %d", rec.Code)
 	}
 	return rec.Body.String()
+}
+
+// A policy server's memory, CPU and Go runtime are on /metrics under the
+// usual names, for the dashboards.
+func TestRuntimeMetrics(t *testing.T) {
+	all := scrapeAll(t, newTestMetrics(t, MetricsOptions{}))
+	for _, family := range []string{"process_resident_memory_bytes", "process_cpu_seconds_total", "go_memstats_heap_inuse_bytes", "go_goroutines"} {
+		if !strings.Contains(all, "\n"+family+" ") {
+			t.Errorf("/metrics has no %s", family)
+		}
+	}
 }
 
 // scrapeFamilies scrapes and parses the Prometheus text format.
