@@ -21,6 +21,14 @@ import (
 // truncated or corrupted: wazero says "compilationcache: checksum mismatch"
 // or "compilationcache: error reading header: EOF"; or one it cannot open)
 // empties the cache and compiles once more (compileLocked).
+// A compilation that fails because wazero cannot write its entry (a volume
+// that has filled up, or become read-only) makes the runtime compile in
+// memory, this module and every later one, after a warning: wazero keeps
+// the module it failed to write, without its function listeners, so the
+// same runtime must not compile those bytes again (inMemoryLocked). At
+// start, the write probe (probeWrite) writes and syncs some data, so that
+// a volume already full is seen then and the runtime starts without a
+// cache.
 // wazero does not say which file failed, and its file names hash the module
 // with values it keeps internal (the function listeners, the CPU's
 // features), so the whole cache goes: the other modules are compiled again
@@ -77,13 +85,23 @@ func (r *Runtime) wazeroDirs() []string {
 	return dirs
 }
 
-// probeWrite creates and removes a file in dir.
+// probeSize is what probeWrite writes: a full volume refuses it where it
+// may still create an empty file.
+const probeSize = 64 << 10
+
+// probeWrite creates a file of probeSize bytes in dir, syncs it, and
+// removes it.
 func probeWrite(dir string) error {
 	f, err := os.CreateTemp(dir, "probe-*.tmp")
 	if err != nil {
 		return fmt.Errorf("cannot write in the cache directory: %w", err)
 	}
-	err = f.Close()
+	if _, err = f.Write(make([]byte, probeSize)); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	if rerr := os.Remove(f.Name()); err == nil {
 		err = rerr
 	}
@@ -114,6 +132,50 @@ func (r *Runtime) isCacheReadError(err error) bool {
 	}
 	dir, aerr := filepath.Abs(r.cacheDir) // wazero's paths are absolute
 	return aerr == nil && strings.HasPrefix(pathErr.Path, dir+string(filepath.Separator))
+}
+
+// isCacheWriteError reports whether a compilation failed because wazero
+// could not write the module's cache entry: wazero writes it through a
+// temporary file, "<entry>.*.tmp" in the cache directory, and an error
+// about such a file is a failure to create, write or sync it.
+func (r *Runtime) isCacheWriteError(err error) bool {
+	if r.cache == nil {
+		return false
+	}
+	var pathErr *fs.PathError
+	if !errors.As(err, &pathErr) || !strings.HasSuffix(pathErr.Path, ".tmp") {
+		return false
+	}
+	dir, aerr := filepath.Abs(r.cacheDir) // wazero's paths are absolute
+	return aerr == nil && strings.HasPrefix(pathErr.Path, dir+string(filepath.Separator))
+}
+
+// inMemory reports whether the runtime compiles in memory, its cache
+// having failed to write.
+func (r *Runtime) inMemory() bool {
+	codeMu.Lock()
+	defer codeMu.Unlock()
+	return r.memRT != nil
+}
+
+// inMemoryLocked returns the runtime without a cache that compiles once the
+// cache cannot be written, creating it the first time, with the host
+// modules of the runtime's own. The caller holds codeMu.
+func (r *Runtime) inMemoryLocked(ctx context.Context) (wazero.Runtime, error) {
+	if r.memRT != nil {
+		return r.memRT, nil
+	}
+	rt := wazero.NewRuntimeWithConfig(ctx, r.memConfig)
+	err := r.instantiateHostModules(ctx, rt)
+	if err == nil && r.rt.Module(opaEnvModule) != nil {
+		err = r.instantiateOPAHostIn(ctx, rt)
+	}
+	if err != nil {
+		_ = rt.Close(ctx)
+		return nil, fmt.Errorf("compiling in memory: %w", err)
+	}
+	r.memRT = rt
+	return rt, nil
 }
 
 // emptyCache removes the files of wazero's cache, and keeps its directory,

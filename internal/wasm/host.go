@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
@@ -173,19 +174,21 @@ var (
 	i32x8 = []api.ValueType{i32, i32, i32, i32, i32, i32, i32, i32}
 )
 
-func (r *Runtime) instantiateHostModules(ctx context.Context) error {
-	if err := r.instantiateWapc(ctx); err != nil {
+// instantiateHostModules instantiates the host modules in rt, the
+// runtime's own or its in-memory one.
+func (r *Runtime) instantiateHostModules(ctx context.Context, rt wazero.Runtime) error {
+	if err := r.instantiateWapc(ctx, rt); err != nil {
 		return err
 	}
 	for _, name := range []string{wasiHostModule, javyHostModule} {
-		_, err := r.rt.NewHostModuleBuilder(name).
+		_, err := rt.NewHostModuleBuilder(name).
 			NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(r.wasiCall), i32x8, i32x1).Export(wasiHostCall).
 			Instantiate(ctx)
 		if err != nil {
 			return err
 		}
 	}
-	b := r.rt.NewHostModuleBuilder(wasiPreview1)
+	b := rt.NewHostModuleBuilder(wasiPreview1)
 	wasi_snapshot_preview1.NewFunctionExporter().ExportFunctions(b)
 	// Our proc_exit does not close the module: see exitPanic. On an
 	// instance of a WASIPool it ends the request instead (wasiInstance.exit).
@@ -205,8 +208,8 @@ func (r *Runtime) instantiateHostModules(ctx context.Context) error {
 	return err
 }
 
-func (r *Runtime) instantiateWapc(ctx context.Context) error {
-	b := r.rt.NewHostModuleBuilder(wapcModule)
+func (r *Runtime) instantiateWapc(ctx context.Context, rt wazero.Runtime) error {
+	b := rt.NewHostModuleBuilder(wapcModule)
 	export := func(name string, params, results []api.ValueType, fn api.GoModuleFunc) {
 		b.NewFunctionBuilder().WithGoModuleFunction(fn, params, results).Export(name)
 	}

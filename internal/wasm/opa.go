@@ -791,10 +791,23 @@ func (e *OPAAbortError) Error() string { return "policy aborted: " + e.Message }
 func (r *Runtime) instantiateOPAHost(ctx context.Context) error {
 	codeMu.Lock()
 	defer codeMu.Unlock()
-	if r.rt.Module(opaEnvModule) != nil {
+	if err := r.instantiateOPAHostIn(ctx, r.rt); err != nil {
+		return err
+	}
+	if r.memRT != nil {
+		return r.instantiateOPAHostIn(ctx, r.memRT)
+	}
+	return nil
+}
+
+// instantiateOPAHostIn instantiates the env host module in rt, the
+// runtime's own or its in-memory one, unless it is there. The caller holds
+// codeMu.
+func (r *Runtime) instantiateOPAHostIn(ctx context.Context, rt wazero.Runtime) error {
+	if rt.Module(opaEnvModule) != nil {
 		return nil
 	}
-	b := r.rt.NewHostModuleBuilder(opaEnvModule)
+	b := rt.NewHostModuleBuilder(opaEnvModule)
 	b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, m api.Module, stack []uint64) {
 		msg, err := cString(m.Memory(), uint64(api.DecodeU32(stack[0])))
 		if err != nil {

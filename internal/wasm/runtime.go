@@ -69,10 +69,16 @@ const pageSize = 65536
 // Runtime compiles modules and runs them. It is safe for concurrent use. A
 // process should have one: see guestSlots.
 type Runtime struct {
-	rt       wazero.Runtime
-	cache    wazero.CompilationCache
-	memLimit uint64
-	logger   *slog.Logger
+	rt    wazero.Runtime
+	cache wazero.CompilationCache
+	// memRT, once the cache cannot be written (a full or read-only
+	// volume), is a runtime without a cache that compiles every module
+	// from then on (cachedir.go); nil before. memConfig is its
+	// configuration. Both are guarded by codeMu.
+	memRT     wazero.Runtime
+	memConfig wazero.RuntimeConfig
+	memLimit  uint64
+	logger    *slog.Logger
 	// maxHostCall and maxResponse are Config.MaxHostCallBytes and
 	// Config.MaxResponseBytes.
 	maxHostCall, maxResponse int
@@ -125,6 +131,7 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithMemoryLimitPages(uint32(pages)).
 		WithCustomSections(false)
+	memConfig := rc
 	if cfg.Shared != nil && cfg.CacheDir == "" {
 		return nil, errors.New("a shared cache needs a cache directory of its own")
 	}
@@ -156,6 +163,7 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 	rt := wazero.NewRuntimeWithConfig(ctx, rc)
 	r := &Runtime{
 		rt:          rt,
+		memConfig:   memConfig,
 		codeDir:     codeDir,
 		cache:       cache,
 		cacheDir:    cfg.CacheDir,
@@ -168,7 +176,7 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 		slots:       slots,
 		compiled:    map[string]*compileEntry{},
 	}
-	if err := r.instantiateHostModules(ctx); err != nil {
+	if err := r.instantiateHostModules(ctx, r.rt); err != nil {
 		_ = r.rt.Close(ctx)
 		return nil, err
 	}
@@ -179,8 +187,12 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 func (r *Runtime) Close(ctx context.Context) error {
 	codeMu.Lock()
 	r.code = nil
+	memRT := r.memRT
 	codeMu.Unlock()
 	err := r.rt.Close(ctx)
+	if memRT != nil {
+		err = errors.Join(err, memRT.Close(ctx))
+	}
 	if r.cache != nil {
 		err = errors.Join(err, r.cache.Close(ctx))
 	}
@@ -194,6 +206,7 @@ type Module struct {
 	Digest string
 
 	compiled wazero.CompiledModule
+	rt       wazero.Runtime // that compiled it, and instantiates it
 	exports  map[string]bool
 	// globals names the exports added for mutable globals; snapshot is false
 	// when the module has globals that cannot be saved and restored.
@@ -264,7 +277,7 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 	if err != nil {
 		return nil, fmt.Errorf("reading module: %w", err)
 	}
-	cm, code, err := r.compileCode(ctx, digest, rewritten)
+	cm, rt, code, err := r.compileCode(ctx, digest, rewritten)
 	if err != nil {
 		return nil, fmt.Errorf("compiling module: %w", err)
 	}
@@ -279,6 +292,7 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 	return &Module{
 		Digest:    digest,
 		compiled:  cm,
+		rt:        rt,
 		exports:   exports,
 		globals:   globals,
 		snapshot:  snapshot,
@@ -296,40 +310,57 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 //
 // With a shared cache, the module's code comes from it when it holds
 // verified code, and goes to it when compiled here.
-func (r *Runtime) compileCode(ctx context.Context, digest string, module []byte) (wazero.CompiledModule, []codeRegion, error) {
+func (r *Runtime) compileCode(ctx context.Context, digest string, module []byte) (wazero.CompiledModule, wazero.Runtime, []codeRegion, error) {
 	ctx = experimental.WithFunctionListenerFactory(ctx, yieldListeners{})
 	ctx = experimental.WithCompilationWorkers(ctx, runtime.GOMAXPROCS(0))
-	found := r.shared != nil && r.fromShared(ctx, digest)
-	cm, moved, created, err := r.compileLocked(ctx, module)
+	shared := r.shared != nil && !r.inMemory()
+	found := shared && r.fromShared(ctx, digest)
+	cm, rt, moved, created, err := r.compileLocked(ctx, module)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	if r.shared != nil {
+	if shared && rt == r.rt {
 		r.toShared(ctx, digest, created, found)
 	}
-	return cm, moved, nil
+	return cm, rt, moved, nil
 }
 
-// compileLocked compiles under codeMu, and returns the files the
-// compilation added to wazero's cache when there is a shared cache.
-func (r *Runtime) compileLocked(ctx context.Context, module []byte) (wazero.CompiledModule, []codeRegion, []string, error) {
+// compileLocked compiles under codeMu, with the runtime that compiles now
+// (the one with the cache, or the in-memory one once the cache cannot be
+// written), which it returns, and returns the files the compilation added
+// to wazero's cache when there is a shared cache.
+func (r *Runtime) compileLocked(ctx context.Context, module []byte) (wazero.CompiledModule, wazero.Runtime, []codeRegion, []string, error) {
 	codeMu.Lock()
 	defer codeMu.Unlock()
+	rt := r.rt
+	if r.memRT != nil {
+		rt = r.memRT
+	}
 	var before map[string]bool
-	if r.shared != nil {
+	if r.shared != nil && rt == r.rt {
 		before = r.cacheFiles()
 	}
 	mapper := newCodeMapper()
-	cm, err := r.rt.CompileModule(ctx, module)
-	if err != nil && r.isCacheReadError(err) {
+	cm, err := rt.CompileModule(ctx, module)
+	if err != nil && rt == r.rt && r.isCacheReadError(err) {
 		// A cache entry wazero cannot read: empty the cache and compile
 		// again (cachedir.go).
 		r.logger.WarnContext(ctx, "the compilation cache failed: emptying it and compiling again", "dir", r.cacheDir, "error", err)
 		r.emptyCache(ctx)
-		cm, err = r.rt.CompileModule(ctx, module)
+		cm, err = rt.CompileModule(ctx, module)
+	}
+	if err != nil && rt == r.rt && r.isCacheWriteError(err) {
+		// The cache cannot be written (a full volume): compile in memory,
+		// this module and every later one (cachedir.go).
+		r.logger.WarnContext(ctx, "the compilation cache cannot be written: compiling in memory from now on",
+			"dir", r.cacheDir, "error", err)
+		if rt, err = r.inMemoryLocked(ctx); err == nil {
+			mapper = newCodeMapper()
+			cm, err = rt.CompileModule(ctx, module)
+		}
 	}
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	moved, err := mapper.moved(r.codeDir)
 	r.code = append(r.code, moved...)
@@ -337,10 +368,10 @@ func (r *Runtime) compileLocked(ctx context.Context, module []byte) (wazero.Comp
 		r.logger.WarnContext(ctx, "machine code stays in anonymous memory", "dir", r.codeDir, "error", err)
 	}
 	var created []string
-	if r.shared != nil {
+	if before != nil {
 		created = r.newCacheFiles(before)
 	}
-	return cm, moved, created, nil
+	return cm, rt, moved, created, nil
 }
 
 // Retain adds a reference to a module that Compile returned and that is
@@ -398,7 +429,7 @@ func (r *Runtime) LiveInstances() int64 { return r.instances.Load() }
 
 // instantiate instantiates m, counting the instance until closeInstance.
 func (r *Runtime) instantiate(ctx context.Context, m *Module, cfg wazero.ModuleConfig) (api.Module, error) {
-	mod, err := r.rt.InstantiateModule(ctx, m.compiled, cfg)
+	mod, err := m.rt.InstantiateModule(ctx, m.compiled, cfg)
 	if err == nil {
 		r.instances.Add(1)
 	}
