@@ -14,7 +14,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"github.com/wardenhq/warden/internal/logtest"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyserver"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // testLayout is the repository's layout with the outputs (modules, TLS
@@ -228,7 +228,7 @@ team-fallback:
 				}
 				return
 			}
-			if got.PatchType != admission.PatchTypeJSONPatch || !jsonEqual(t, got.Patch, []byte(tt.wantPatch)) {
+			if got.PatchType != admission.PatchTypeJSONPatch || !testkit.JSONEqual(t, got.Patch, []byte(tt.wantPatch)) {
 				t.Errorf("patch %s (type %q), want %s (type %s)", got.Patch, got.PatchType, tt.wantPatch, admission.PatchTypeJSONPatch)
 			}
 		})
@@ -243,19 +243,6 @@ team-fallback:
 			t.Errorf("the server's log lacks %s:\n%s", want, logs.String())
 		}
 	}
-}
-
-// jsonEqual reports whether a and b hold equal JSON values.
-func jsonEqual(t *testing.T, a, b []byte) bool {
-	t.Helper()
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatalf("%v: %s", err, a)
-	}
-	if err := json.Unmarshal(b, &vb); err != nil {
-		t.Fatalf("%v: %s", err, b)
-	}
-	return reflect.DeepEqual(va, vb)
 }
 
 func TestTeamSettings(t *testing.T) {
@@ -396,7 +383,7 @@ func TestRunPortTaken(t *testing.T) {
 	}
 	defer taken.Close()
 	port := strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
-	free := strconv.Itoa(freePort(t))
+	free := strconv.Itoa(testkit.FreePort(t))
 	tests := []struct {
 		args []string
 		flag string
@@ -601,17 +588,6 @@ func TestDialHost(t *testing.T) {
 	}
 }
 
-// freePort returns a TCP port on 127.0.0.1 that nothing listens on.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestRun runs the command as `go run ./examples` does, the README's first
 // command, on free ports: it must build the policies, start the server,
 // announce it, and answer the announced curl command's request.
@@ -621,7 +597,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.Chdir(wd) }) // run changes to the repository root
-	port, readiness := freePort(t), freePort(t)
+	port, readiness := testkit.FreePort(t), testkit.FreePort(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	stdout, stderr := &logtest.Buffer{}, &logtest.Buffer{}

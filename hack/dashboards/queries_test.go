@@ -34,6 +34,7 @@ import (
 	"github.com/wardenhq/warden/internal/logtest"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyserver"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // The scrapes are stored at these timestamps, whatever the time it took
@@ -407,11 +408,11 @@ func startController(t *testing.T) net.Addr {
 	}
 	create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kubewarden"}})
 
-	metrics := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: freePort(t)}
+	metrics := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testkit.FreePort(t)}
 	opts := controller.DefaultOptions()
 	opts.DeploymentsNamespace = "kubewarden"
 	opts.MetricsBindAddress, opts.HealthProbeBindAddress = metrics.String(), "0"
-	opts.WebhookServerPort = freePort(t)
+	opts.WebhookServerPort = testkit.FreePort(t)
 	opts.WebhookURL = fmt.Sprintf("https://127.0.0.1:%d", opts.WebhookServerPort)
 	var logs logtest.Buffer
 	mgr, err := controller.NewManager(cl.Config, opts, slog.New(slog.NewTextHandler(&logs, nil)))
@@ -432,7 +433,7 @@ func startController(t *testing.T) net.Addr {
 	})
 
 	// The controller's own webhooks answer once a dry-run create passes.
-	eventually(t, "the controller's webhooks answer", func() bool {
+	testkit.Eventually(t, 90*time.Second, "the controller's webhooks answer", func() bool {
 		probe := &policiesv1.PolicyServer{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Spec: policiesv1.PolicyServerSpec{Image: "x", Replicas: 1}}
 		return c.Create(t.Context(), probe, client.DryRunAll) == nil
 	})
@@ -463,7 +464,7 @@ func startController(t *testing.T) net.Addr {
 			PolicyServer: "default", Module: "builtin://cel", Rules: rules, Settings: cel, Mode: policiesv1.PolicyModeMonitor,
 		}},
 	})
-	eventually(t, "kubewarden_policy_total counts the three policies", func() bool {
+	testkit.Eventually(t, 90*time.Second, "kubewarden_policy_total counts the three policies", func() bool {
 		return strings.Count(get(metricsURL(metrics)), "\nkubewarden_policy_total{") == 3
 	})
 	return metrics
@@ -478,25 +479,4 @@ func get(url string) string {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return string(body)
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

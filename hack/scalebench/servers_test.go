@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // A scenario runs the policy server with policies and loads each target.
@@ -64,7 +65,7 @@ func (b *bench) runWarden(t *testing.T, sc scenario) serverResult {
 	if err := os.WriteFile(policies, []byte(sc.policies), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port, readiness := freePort(t), freePort(t)
+	port, readiness := testkit.FreePort(t), testkit.FreePort(t)
 	args := []string{
 		"--addr", "127.0.0.1", "--port", strconv.Itoa(port), "--readiness-probe-port", strconv.Itoa(readiness),
 		"--policies", policies, "--policies-download-dir", dir, "--log-level", "info", "--log-no-color",
@@ -112,7 +113,7 @@ func (b *bench) runInformer(t *testing.T, scenario, resource string, targets []t
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	env := append(environWithout("KUBECONFIG", informerEnv, informerAddrEnv),
 		"KUBECONFIG="+b.kubeconfig, informerEnv+"="+resource, informerAddrEnv+"="+addr)
@@ -520,14 +521,4 @@ func environWithout(names ...string) []string {
 		}
 	}
 	return env
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

@@ -169,6 +169,11 @@ var importRules = []importRule{
 		check:    notLinkedBy(w("internal/policybuild"), allCommands...),
 	},
 	{
+		doc:      "internal/testkit/testkit.go",
+		sentence: "Tests and test tools only; it imports nothing of Warden's.",
+		check:    onlyWarden("internal/testkit"),
+	},
+	{
 		doc:      "internal/buildinfo/buildinfo.go",
 		sentence: "It imports nothing from Warden.",
 		check:    onlyWarden("internal/buildinfo"),

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/logtest"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // --- fixtures ---------------------------------------------------------------
@@ -124,19 +125,6 @@ func logLines(b *logtest.Buffer, msg string) []string {
 	return out
 }
 
-// eventually polls cond until it holds, failing the test after a generous
-// deadline. It asserts no timing: only that the state is reached.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // serve runs a TLS server with cfg that writes "ok\n" to every connection
 // whose handshake succeeds, and returns its address.
 func serve(t *testing.T, cfg *tls.Config) string {
@@ -231,7 +219,7 @@ func start(t *testing.T, certFile, keyFile string, caFiles []string, resync time
 		}
 	})
 	// Changes the test makes from now on happen after the watch is set up.
-	eventually(t, "watch set up", func() bool { return len(logLines(logs, msgWatching)) > 0 })
+	testkit.Eventually(t, 20*time.Second, "watch set up", func() bool { return len(logLines(logs, msgWatching)) > 0 })
 	return w, logs, serve(t, w.TLSConfig())
 }
 
@@ -302,13 +290,13 @@ func TestReloadPlainRewrite(t *testing.T) {
 	cert2, key2 := ca.issue(t, 1002, false)
 	writeFile(t, certFile, cert2)
 	writeFile(t, keyFile, key2)
-	eventually(t, "serial 1002", func() bool { return servedSerial(t, addr, roots, nil) == 1002 })
-	eventually(t, "reload logged", func() bool { return len(logLines(logs, msgCertReloaded)) > 0 })
+	testkit.Eventually(t, 20*time.Second, "serial 1002", func() bool { return servedSerial(t, addr, roots, nil) == 1002 })
+	testkit.Eventually(t, 20*time.Second, "reload logged", func() bool { return len(logLines(logs, msgCertReloaded)) > 0 })
 
 	// A broken key: the previous pair keeps being served, and a warning says why.
 	logs.Reset()
 	writeFile(t, keyFile, []byte("-----BEGIN PRIVATE KEY-----\nbroken\n-----END PRIVATE KEY-----\n"))
-	eventually(t, "reload failure logged", func() bool { return len(logLines(logs, msgCertReloadFailed)) > 0 })
+	testkit.Eventually(t, 20*time.Second, "reload failure logged", func() bool { return len(logLines(logs, msgCertReloadFailed)) > 0 })
 	if line := logLines(logs, msgCertReloadFailed)[0]; !strings.Contains(line, "level=WARN") || !strings.Contains(line, "error=") {
 		t.Errorf("failure log = %q, want a warning with an error", line)
 	}
@@ -320,7 +308,7 @@ func TestReloadPlainRewrite(t *testing.T) {
 	cert3, key3 := ca.issue(t, 1003, false)
 	writeFile(t, keyFile, key3)
 	writeFile(t, certFile, cert3)
-	eventually(t, "serial 1003", func() bool { return servedSerial(t, addr, roots, nil) == 1003 })
+	testkit.Eventually(t, 20*time.Second, "serial 1003", func() bool { return servedSerial(t, addr, roots, nil) == 1003 })
 }
 
 // atomicWriter lays files out as Kubernetes does for a mounted Secret:
@@ -382,20 +370,20 @@ func TestReloadKubernetesSymlinkSwap(t *testing.T) {
 
 	cert2, key2 := ca.issue(t, 2002, false)
 	secret.write(t, map[string][]byte{"tls.crt": cert2, "tls.key": key2})
-	eventually(t, "serial 2002", func() bool { return servedSerial(t, addr, roots, nil) == 2002 })
+	testkit.Eventually(t, 20*time.Second, "serial 2002", func() bool { return servedSerial(t, addr, roots, nil) == 2002 })
 
 	// A Secret whose key does not match its certificate.
 	logs.Reset()
 	cert3, _ := ca.issue(t, 2003, false)
 	secret.write(t, map[string][]byte{"tls.crt": cert3, "tls.key": key1})
-	eventually(t, "reload failure logged", func() bool { return len(logLines(logs, msgCertReloadFailed)) > 0 })
+	testkit.Eventually(t, 20*time.Second, "reload failure logged", func() bool { return len(logLines(logs, msgCertReloadFailed)) > 0 })
 	if got := servedSerial(t, addr, roots, nil); got != 2002 {
 		t.Errorf("serial after mismatched pair = %d, want 2002", got)
 	}
 
 	cert4, key4 := ca.issue(t, 2004, false)
 	secret.write(t, map[string][]byte{"tls.crt": cert4, "tls.key": key4})
-	eventually(t, "serial 2004", func() bool { return servedSerial(t, addr, roots, nil) == 2004 })
+	testkit.Eventually(t, 20*time.Second, "serial 2004", func() bool { return servedSerial(t, addr, roots, nil) == 2004 })
 }
 
 // TestResyncWithoutEvents changes the files where no watch sees it: the
@@ -417,7 +405,7 @@ func TestResyncWithoutEvents(t *testing.T) {
 	cert2, key2 := ca.issue(t, 3002, false)
 	writeFile(t, filepath.Join(elsewhere, "tls.crt"), cert2)
 	writeFile(t, filepath.Join(elsewhere, "tls.key"), key2)
-	eventually(t, "serial 3002", func() bool { return servedSerial(t, addr, roots, nil) == 3002 })
+	testkit.Eventually(t, 20*time.Second, "serial 3002", func() bool { return servedSerial(t, addr, roots, nil) == 3002 })
 }
 
 func TestMutualTLS(t *testing.T) {
@@ -444,16 +432,16 @@ func TestMutualTLS(t *testing.T) {
 
 	// The client CA is reloaded too.
 	writeFile(t, caFile, otherCA.pem)
-	eventually(t, "new client CA", func() bool { _, err := dial(addr, roots, untrusted); return err == nil })
+	testkit.Eventually(t, 20*time.Second, "new client CA", func() bool { _, err := dial(addr, roots, untrusted); return err == nil })
 	if _, err := dial(addr, roots, trusted); err == nil {
 		t.Error("client of the replaced CA: accepted, want refused")
 	}
-	eventually(t, "CA reload logged", func() bool { return len(logLines(logs, msgCAReloaded)) > 0 })
+	testkit.Eventually(t, 20*time.Second, "CA reload logged", func() bool { return len(logLines(logs, msgCAReloaded)) > 0 })
 
 	// A client CA file without certificates keeps the previous pool.
 	logs.Reset()
 	writeFile(t, caFile, []byte("nothing here"))
-	eventually(t, "CA reload failure logged", func() bool { return len(logLines(logs, msgCAReloadFailed)) > 0 })
+	testkit.Eventually(t, 20*time.Second, "CA reload failure logged", func() bool { return len(logLines(logs, msgCAReloadFailed)) > 0 })
 	if _, err := dial(addr, roots, untrusted); err != nil {
 		t.Errorf("client of the current CA after a broken CA file: %v", err)
 	}

@@ -40,6 +40,7 @@ import (
 	"github.com/wardenhq/warden/internal/pkitest"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyserver"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // auditTLS is the certificate material of an audit: the policy server's
@@ -69,7 +70,7 @@ func startAuditPolicyServer(t *testing.T, doc string, m auditTLS) string {
 	if err := os.WriteFile(policies, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port, readiness := freePort(t), freePort(t)
+	port, readiness := testkit.FreePort(t), testkit.FreePort(t)
 	env := map[string]string{"HOME": dir}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)

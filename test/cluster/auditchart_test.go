@@ -26,6 +26,7 @@ import (
 	"github.com/wardenhq/warden/internal/clustertest"
 	"github.com/wardenhq/warden/internal/pki"
 	"github.com/wardenhq/warden/internal/pkitest"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // auditClientSecret is the Secret the controller keeps the audit scanner's
@@ -55,7 +56,7 @@ func TestAuditScannerClientCertificate(t *testing.T) {
 	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
 	mustCreate(t, c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: wardenNamespace, Name: "client-ca"},
 		Data: map[string]string{"client-ca.crt": string(clientCA.CertPEM)}})
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	opts := controllerOptions(t)
 	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
 	opts.ClientCAConfigMapName = "client-ca"

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +26,7 @@ import (
 	"github.com/wardenhq/warden/internal/controller"
 	"github.com/wardenhq/warden/internal/logtest"
 	"github.com/wardenhq/warden/internal/policybuild"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 const wardenNamespace = "warden"
@@ -42,7 +42,7 @@ func TestControllerEndToEnd(t *testing.T) {
 	c := cl.Client
 	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
 
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	opts := controllerOptions(t)
 	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
 	startController(t, cl, opts)
@@ -266,7 +266,7 @@ func controllerOptions(t *testing.T) controller.Options {
 	opts := controller.DefaultOptions()
 	opts.DeploymentsNamespace = wardenNamespace
 	opts.MetricsBindAddress, opts.HealthProbeBindAddress = "0", "0"
-	opts.WebhookServerPort = freePort(t)
+	opts.WebhookServerPort = testkit.FreePort(t)
 	opts.WebhookURL = fmt.Sprintf("https://127.0.0.1:%d", opts.WebhookServerPort)
 	return opts
 }
@@ -393,23 +393,9 @@ func mustCreate(t *testing.T, c client.Client, o client.Object) {
 	}
 }
 
+// eventually waits, as long as the cluster tier waits for anything, until
+// cond holds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	testkit.Eventually(t, 90*time.Second, what, cond)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyserver"
+	"github.com/wardenhq/warden/internal/testkit"
 	"github.com/wardenhq/warden/internal/wardenctl"
 )
 
@@ -344,7 +345,7 @@ func launchPolicyServer(t *testing.T, doc, kubeconfig string) (port, readiness i
 	if err := os.WriteFile(policies, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port, readiness = freePort(t), freePort(t)
+	port, readiness = testkit.FreePort(t), testkit.FreePort(t)
 	env := map[string]string{"KUBECONFIG": kubeconfig, "HOME": dir}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)

@@ -25,6 +25,7 @@ import (
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 	"github.com/wardenhq/warden/internal/clustertest"
 	"github.com/wardenhq/warden/internal/controller"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // startPolicyServers runs the replicas of the PolicyServer called name as
@@ -56,7 +57,7 @@ func startLifecycle(t *testing.T, configure func(*controller.Options)) (*cluster
 	t.Helper()
 	cl := startCluster(t)
 	mustCreate(t, cl.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	opts := controllerOptions(t)
 	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
 	if configure != nil {
@@ -141,7 +142,7 @@ func TestPolicyLifecycle(t *testing.T) {
 			p.Spec.Settings = runtime.RawExtension{Raw: []byte(`{"validations":[{"expression":"nonsense((("}]}`)}
 		}, "SettingsInvalid"},
 		{"a registry that is down", func(p *policiesv1.ClusterAdmissionPolicy) {
-			p.Spec.Module = fmt.Sprintf("registry://127.0.0.1:%d/policies/gone:v1", freePort(t))
+			p.Spec.Module = fmt.Sprintf("registry://127.0.0.1:%d/policies/gone:v1", testkit.FreePort(t))
 		}, "PullError"},
 	}
 	for _, b := range broken {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // TestStartPastUnloadableRevisions starts a policy server replica whose
@@ -33,7 +34,7 @@ func TestStartPastUnloadableRevisions(t *testing.T) {
 		Spec:       policiesv1.PolicyServerSpec{Image: "ghcr.io/wardenhq/warden-policy-server:test", Replicas: 0},
 	})
 
-	goneRegistry := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	goneRegistry := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	unfetchable := &policiesv1.ClusterAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "unfetchable"},
 		Spec: policiesv1.ClusterAdmissionPolicySpec{PolicySpec: policiesv1.PolicySpec{
@@ -50,7 +51,7 @@ func TestStartPastUnloadableRevisions(t *testing.T) {
 	markInitialized(t, c, unfetchableRev)
 
 	// A revision whose policy is gone, as an uninstall left it.
-	orphanRegistry := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	orphanRegistry := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	orphanPolicy := &policiesv1.ClusterAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "orphan", Generation: 1},
 		Spec: policiesv1.ClusterAdmissionPolicySpec{PolicySpec: policiesv1.PolicySpec{

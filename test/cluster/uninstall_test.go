@@ -23,6 +23,7 @@ import (
 	"github.com/wardenhq/warden/internal/clustertest"
 	"github.com/wardenhq/warden/internal/controller"
 	"github.com/wardenhq/warden/internal/logtest"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // TestUninstall runs the chart's pre-delete hook (controller.Uninstall)
@@ -38,7 +39,7 @@ func TestUninstall(t *testing.T) {
 	cl := startCluster(t)
 	c := cl.Client
 	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	opts := controllerOptions(t)
 	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
 	opts.LeaderElect = true
@@ -92,7 +93,7 @@ func TestUninstallWithoutController(t *testing.T) {
 	c := cl.Client
 	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wardenNamespace}})
 	opts := controllerOptions(t)
-	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", freePort(t))
+	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", testkit.FreePort(t))
 	stopController := startStoppableController(t, cl, opts)
 
 	ps := &policiesv1.PolicyServer{

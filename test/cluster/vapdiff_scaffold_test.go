@@ -33,6 +33,7 @@ import (
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 	"github.com/wardenhq/warden/internal/policyconfig"
 	"github.com/wardenhq/warden/internal/policyserver"
+	"github.com/wardenhq/warden/internal/testkit"
 	"github.com/wardenhq/warden/internal/wardenctl"
 )
 
@@ -286,7 +287,7 @@ func startPolicyServerArgs(t *testing.T, doc, kubeconfig string, extra ...string
 	if err := os.WriteFile(policies, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	port, readiness := freePort(t), freePort(t)
+	port, readiness := testkit.FreePort(t), testkit.FreePort(t)
 	env := map[string]string{"KUBECONFIG": kubeconfig, "HOME": dir}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int)

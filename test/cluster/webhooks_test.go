@@ -26,6 +26,7 @@ import (
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 	"github.com/wardenhq/warden/internal/policybuild"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // The controller's own webhooks, called by the API server over TLS with the
@@ -39,7 +40,7 @@ func TestControllerWebhooks(t *testing.T) {
 	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
 	mustCreate(t, c, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: wardenNamespace, Name: "plain"}, Type: corev1.SecretTypeOpaque})
 	opts := controllerOptions(t)
-	metricsPort := freePort(t)
+	metricsPort := testkit.FreePort(t)
 	opts.MetricsBindAddress = fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	opts.LeaderElect = true
 	startController(t, cl, opts)
@@ -210,7 +211,7 @@ func TestControllerRecoversFromAPIServerOutage(t *testing.T) {
 	proxy := startProxy(t, cl.Config.Host)
 	viaProxy := rest.CopyConfig(cl.Config)
 	viaProxy.Host = "https://" + proxy.addr
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	opts := controllerOptions(t)
 	opts.PolicyServerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
 	startControllerWithConfig(t, viaProxy, opts)

@@ -40,6 +40,7 @@ import (
 	"github.com/wardenhq/warden/internal/clustertest"
 	"github.com/wardenhq/warden/internal/controller"
 	"github.com/wardenhq/warden/internal/policybuild"
+	"github.com/wardenhq/warden/internal/testkit"
 	"github.com/wardenhq/warden/internal/wardenctl"
 )
 
@@ -201,18 +202,6 @@ func (s *suite) logTimings(t *testing.T) {
 	}
 }
 
-// eventually polls cond every 200 ms until it holds or timeout passes.
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting until %s", timeout, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 func (s *suite) install(t *testing.T) {
 	start := time.Now()
 	args := append([]string{"install", release, s.chartDir, "--namespace", namespace, "--create-namespace", "--wait", "--timeout", "5m"}, imageArgs(s.tag)...)
@@ -225,7 +214,7 @@ func (s *suite) install(t *testing.T) {
 // has replicas ready pods, all of the current revision.
 func (s *suite) waitPolicyServerReady(t *testing.T, replicas int32) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("policy-server-default has %d ready replicas", replicas), 5*time.Minute, func() bool {
+	testkit.Eventually(t, 5*time.Minute, fmt.Sprintf("policy-server-default has %d ready replicas", replicas), func() bool {
 		var sts appsv1.StatefulSet
 		if s.c.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: "policy-server-default"}, &sts) != nil {
 			return false
@@ -265,14 +254,14 @@ func (s *suite) startRegistry(t *testing.T) {
 		Spec:       corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 5000, TargetPort: intOrString(5000)}}},
 	}
 	mustCreate(t, s.c, svc)
-	eventually(t, "the registry is ready", 3*time.Minute, func() bool {
+	testkit.Eventually(t, 3*time.Minute, "the registry is ready", func() bool {
 		var d appsv1.Deployment
 		return s.c.Get(ctx, client.ObjectKeyFromObject(svc), &d) == nil && d.Status.ReadyReplicas == 1
 	})
 	s.registry = fmt.Sprintf("%s:5000", svc.Spec.ClusterIP)
 	// kube-proxy refuses connections to a Service until it has synced the
 	// Service's endpoints.
-	eventually(t, "the registry answers at its ClusterIP", time.Minute, func() bool {
+	testkit.Eventually(t, time.Minute, "the registry answers at its ClusterIP", func() bool {
 		resp, err := http.Get("http://" + s.registry + "/v2/")
 		if err != nil {
 			return false
@@ -369,7 +358,7 @@ func (s *suite) createPolicy(t *testing.T, p policiesv1.Policy) {
 
 func (s *suite) waitActive(t *testing.T, p policiesv1.Policy) {
 	t.Helper()
-	eventually(t, p.GetName()+" is active", 3*time.Minute, func() bool {
+	testkit.Eventually(t, 3*time.Minute, p.GetName()+" is active", func() bool {
 		got := p.DeepCopyPolicy()
 		if err := s.c.Get(t.Context(), client.ObjectKeyFromObject(p), got); err != nil {
 			return false
@@ -484,7 +473,7 @@ func (s *suite) contextAware(t *testing.T) {
 	// kube-controller-manager publishes kube-root-ca.crt into every new
 	// namespace a moment after it is created: count only once it is there,
 	// or it arrives after the count and admits the pod meant to be denied.
-	eventually(t, "kube-root-ca.crt is published in e2e-context", time.Minute, func() bool {
+	testkit.Eventually(t, time.Minute, "kube-root-ca.crt is published in e2e-context", func() bool {
 		return s.c.Get(ctx, client.ObjectKey{Namespace: "e2e-context", Name: "kube-root-ca.crt"}, &corev1.ConfigMap{}) == nil
 	})
 	var cms corev1.ConfigMapList
@@ -506,7 +495,7 @@ func (s *suite) contextAware(t *testing.T) {
 	})
 	s.assertDenied(t, s.pod("e2e-context", "early", false), fmt.Sprintf("want at least %d", want))
 	mustCreate(t, s.c, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "e2e-context", Name: "one-more"}})
-	eventually(t, "the policy sees the new ConfigMap", time.Minute, func() bool {
+	testkit.Eventually(t, time.Minute, "the policy sees the new ConfigMap", func() bool {
 		return s.c.Create(ctx, s.pod("e2e-context", "late", false), client.DryRunAll) == nil
 	})
 }
@@ -525,7 +514,7 @@ func (s *suite) settingsChange(t *testing.T) {
 	if err := s.c.Update(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the new message is in effect", 2*time.Minute, func() bool {
+	testkit.Eventually(t, 2*time.Minute, "the new message is in effect", func() bool {
 		err := s.c.Create(ctx, s.pod("e2e-team", "unlabelled", false), client.DryRunAll)
 		return err != nil && strings.Contains(err.Error(), "the app label is missing")
 	})
@@ -658,7 +647,7 @@ func (s *suite) audit(t *testing.T) {
 	}
 	start := time.Now()
 	mustCreate(t, s.c, job)
-	eventually(t, "the audit Job completes", 5*time.Minute, func() bool {
+	testkit.Eventually(t, 5*time.Minute, "the audit Job completes", func() bool {
 		if err := s.c.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
 			return false
 		}
@@ -716,7 +705,7 @@ func (s *suite) upgrade(t *testing.T) {
 	start := time.Now()
 	args := append([]string{"upgrade", release, s.chartDir, "--namespace", namespace, "--wait", "--timeout", "5m"}, imageArgs(s.upgradeTag)...)
 	s.helm(t, args...)
-	eventually(t, "the policy server runs the new image", 5*time.Minute, func() bool {
+	testkit.Eventually(t, 5*time.Minute, "the policy server runs the new image", func() bool {
 		var sts appsv1.StatefulSet
 		if s.c.Get(t.Context(), client.ObjectKey{Namespace: namespace, Name: "policy-server-default"}, &sts) != nil {
 			return false
@@ -738,7 +727,7 @@ func (s *suite) sharedCache(t *testing.T) {
 		"--set", "policyServer.policyCache.create=true", "--set", "policyServer.replicas=2"}
 	s.helm(t, args...)
 	s.waitPolicyServerReady(t, 2)
-	eventually(t, "one replica stored a compiled module in the shared cache and the other copied it", 3*time.Minute, func() bool {
+	testkit.Eventually(t, 3*time.Minute, "one replica stored a compiled module in the shared cache and the other copied it", func() bool {
 		logs := s.policyServerLogs(t)
 		stored, copied := 0, 0
 		for _, l := range logs {
