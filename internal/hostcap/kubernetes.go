@@ -124,8 +124,19 @@ type Kubernetes struct {
 	lists      *listCache            // of the answers read from reflectors
 
 	pendingMu sync.Mutex
-	pending   map[schema.GroupVersionKind]bool // kinds Reflect could not resolve
+	pending   map[schema.GroupVersionKind]error // kinds Reflect could not resolve, and why
+	retrying  bool                              // retryPending runs
+	closed    chan struct{}                     // closed by Close: retryPending ends
+	closeOnce sync.Once
 }
+
+// The backoff of retryPending: the first retry of a kind that could not be
+// resolved comes after pendingRetryFirst, each next one twice as late, at
+// most pendingRetryMax.
+const (
+	pendingRetryFirst = 500 * time.Millisecond
+	pendingRetryMax   = 30 * time.Second
+)
 
 // Kubewarden's cache time of get_resource and can_i.
 const kubeCacheTTL = 5 * time.Second
@@ -178,7 +189,8 @@ func NewKubernetes(cfg *rest.Config, opts KubernetesOptions) (*Kubernetes, error
 	return &Kubernetes{
 		reflectors: refl,
 		lists:      newListCache(maxListCacheBytes),
-		pending:    map[schema.GroupVersionKind]bool{},
+		pending:    map[schema.GroupVersionKind]error{},
+		closed:     make(chan struct{}),
 		dynamic:    dyn,
 		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
 		sar:        authz.SubjectAccessReviews(),
@@ -193,8 +205,10 @@ func NewKubernetes(cfg *rest.Config, opts KubernetesOptions) (*Kubernetes, error
 // background, and lists wait for it. Without a Store it does nothing.
 //
 // A kind that cannot be resolved because discovery failed (the API server
-// cannot be reached) is resolved again by ReflectorsSettled, which is not
-// true before; a kind the API server does not serve is not.
+// cannot be reached) is resolved again in the background, with capped
+// exponential backoff (retryPending), and by ReflectorsSettled, which is
+// not true before; Waiting says why. A kind the API server does not serve
+// is not resolved again.
 func (k *Kubernetes) Reflect(apiVersion, kind string) error {
 	if k.reflectors == nil {
 		return nil
@@ -203,7 +217,11 @@ func (k *Kubernetes) Reflect(apiVersion, kind string) error {
 	if err != nil {
 		if unknown := (*unknownKindError)(nil); !errors.As(err, &unknown) {
 			k.pendingMu.Lock()
-			k.pending[schema.FromAPIVersionAndKind(apiVersion, kind)] = true
+			k.pending[schema.FromAPIVersionAndKind(apiVersion, kind)] = err
+			if !k.retrying {
+				k.retrying = true
+				go k.retryPending()
+			}
 			k.pendingMu.Unlock()
 		}
 		return err
@@ -291,8 +309,67 @@ func (k *Kubernetes) ReflectorsSettled() bool {
 	return settled && k.reflectors.Settled()
 }
 
-// Close stops the reflectors.
+// retryPending resolves the pending kinds again, and starts their
+// reflectors, until none is left or Close: after pendingRetryFirst, then
+// twice as late each time, at most pendingRetryMax apart. So an API server
+// unreachable at start is picked up when it comes back, with no signal and
+// no request needed.
+func (k *Kubernetes) retryPending() {
+	delay := pendingRetryFirst
+	for {
+		t := time.NewTimer(delay)
+		select {
+		case <-k.closed:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		k.pendingMu.Lock()
+		kinds := slices.Collect(maps.Keys(k.pending))
+		clear(k.pending)
+		k.pendingMu.Unlock()
+		for _, gvk := range kinds {
+			apiVersion, kind := gvk.ToAPIVersionAndKind()
+			_ = k.Reflect(apiVersion, kind) // a failure is pending again
+		}
+		k.pendingMu.Lock()
+		if len(k.pending) == 0 {
+			k.retrying = false
+			k.pendingMu.Unlock()
+			return
+		}
+		k.pendingMu.Unlock()
+		delay = min(2*delay, pendingRetryMax)
+	}
+}
+
+// Waiting says why the reflectors are not settled, for the readiness
+// endpoint: the kinds that could not be resolved and why, or the first
+// lists still awaited; "" when they are settled.
+func (k *Kubernetes) Waiting() string {
+	if k.reflectors == nil {
+		return ""
+	}
+	k.pendingMu.Lock()
+	var reasons []string
+	for gvk, err := range k.pending {
+		apiVersion, kind := gvk.ToAPIVersionAndKind()
+		reasons = append(reasons, fmt.Sprintf("%s/%s (%v)", apiVersion, kind, err))
+	}
+	k.pendingMu.Unlock()
+	if len(reasons) > 0 {
+		slices.Sort(reasons)
+		return "waiting for the Kubernetes API server to resolve the kinds the policies read, trying again with backoff: " + strings.Join(reasons, "; ")
+	}
+	if !k.reflectors.Settled() {
+		return "waiting for the first lists of the Kubernetes kinds the policies read"
+	}
+	return ""
+}
+
+// Close stops the reflectors, and the retries of pending kinds.
 func (k *Kubernetes) Close() {
+	k.closeOnce.Do(func() { close(k.closed) })
 	if k.reflectors != nil {
 		k.reflectors.Stop()
 	}

@@ -112,6 +112,9 @@ type Options struct {
 	// is not ready before it first does, as a request reading a kind not
 	// listed yet would wait for it.
 	ReflectorsSettled func() bool
+	// ReflectorsWaiting, when set, says why the copies are not settled:
+	// the readiness endpoint's answer while it waits for them.
+	ReflectorsWaiting func() string
 	// ReflectorDBPath is the SQLite database of the copies (RFC 004); empty
 	// means a file in a temporary directory, removed at exit.
 	ReflectorDBPath string

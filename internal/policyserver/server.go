@@ -434,12 +434,23 @@ func refuseBodies(h http.Handler) http.Handler {
 	})
 }
 
+// handleReadiness answers 200 once the server serves and its reflectors
+// are settled; until then 503, saying why.
 func (s *Server) handleReadiness(w http.ResponseWriter, _ *http.Request) {
-	if !s.ready.Load() || !s.reflectorsSettled() {
-		http.Error(w, "not ready", http.StatusServiceUnavailable)
-		return
+	switch {
+	case !s.ready.Load():
+		http.Error(w, "not ready: starting", http.StatusServiceUnavailable)
+	case !s.reflectorsSettled():
+		why := "waiting for the Kubernetes kinds the policies read to be listed"
+		if s.opts.ReflectorsWaiting != nil {
+			if reason := s.opts.ReflectorsWaiting(); reason != "" {
+				why = reason
+			}
+		}
+		http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+	default:
+		w.WriteHeader(http.StatusOK)
 	}
-	w.WriteHeader(http.StatusOK)
 }
 
 // reflectorsSettled reports whether the reflectors of the policies' kinds

@@ -78,6 +78,14 @@ func testOptions(t *testing.T, policies string) policyserver.Options {
 
 func startServer(t *testing.T, opts policyserver.Options) *testServer {
 	t.Helper()
+	ts := startServerUnready(t, opts)
+	ts.waitReady(t)
+	return ts
+}
+
+// startServerUnready is startServer without the wait for readiness.
+func startServerUnready(t *testing.T, opts policyserver.Options) *testServer {
+	t.Helper()
 	ca := pkitest.NewCA(t, "test-ca")
 	opts.CertFile, opts.KeyFile = ca.Server(t).WriteFiles(t, t.TempDir(), "")
 	logs := &logtest.Buffer{}
@@ -108,7 +116,6 @@ func startServer(t *testing.T, opts policyserver.Options) *testServer {
 		ready:  "http://" + srv.ReadinessAddr().String(),
 		logs:   logs,
 	}
-	ts.waitReady(t)
 	return ts
 }
 
