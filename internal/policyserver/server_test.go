@@ -59,7 +59,7 @@ func writePolicies(t *testing.T, doc string) string {
 // the file:// URL of the test policy name.
 func policiesDoc(t *testing.T, doc string) string {
 	t.Helper()
-	for _, name := range []string{"labels", "mutate-labels", "wasi-log", "raw", "trap", "loop", "oom", "garbage", "wasi-garbage", "wasi-fail"} {
+	for _, name := range []string{"labels", "mutate-labels", "wasi-log", "raw", "trap", "loop", "oom", "garbage", "wasi-garbage", "wasi-fail", "hostile"} {
 		if strings.Contains(doc, "{"+name+"}") {
 			doc = strings.ReplaceAll(doc, "{"+name+"}", module(t, name))
 		}

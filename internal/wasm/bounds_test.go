@@ -91,3 +91,42 @@ func TestGuestResponseCap(t *testing.T) {
 		t.Errorf("error %q does not name the cap", err)
 	}
 }
+
+// bigHost answers every host call with size bytes of "x", as a JSON string.
+type bigHost struct{ size int }
+
+func (h bigHost) HostCall(context.Context, string, string, string, []byte) ([]byte, error) {
+	return []byte(`"` + strings.Repeat("x", h.size) + `"`), nil
+}
+
+// TestWASIStdoutCap checks the cap on answers for WASI commands, whose
+// answer is their stdout: the host-call policy writes the host's 2 MiB
+// answer back, over a 1 MiB cap, in a fresh instance and in a pool.
+func TestWASIStdoutCap(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{MaxResponseBytes: 1 << 20})
+	m := compile(t, rt, "host-call")
+	pool := newWASIPool(t, rt, "host-call")
+	input := []byte(`{"request":{},"settings":{"calls":[{"namespace":"net","operation":"v1/dns_lookup_host","payload":"example.com"}]}}`)
+	runs := map[string]func(host wasm.HostCaller) error{
+		"fresh instance": func(host wasm.HostCaller) error {
+			_, err := rt.RunWASI(withTimeout(t, time.Minute), m, host, "validate", input)
+			return err
+		},
+		"pool": func(host wasm.HostCaller) error {
+			_, err := pool.Run(withTimeout(t, time.Minute), host, input)
+			return err
+		},
+	}
+	for name, run := range runs {
+		t.Run(name, func(t *testing.T) {
+			if err := run(bigHost{size: 1000}); err != nil {
+				t.Fatalf("under the cap: %v", err)
+			}
+			err := run(bigHost{size: 2 << 20})
+			var tooLarge *wasm.ResponseTooLargeError
+			if !errors.As(err, &tooLarge) || !strings.Contains(err.Error(), "over the limit of 1048576 bytes per response") {
+				t.Fatalf("over the cap: error = %v, want a *ResponseTooLargeError naming the cap", err)
+			}
+		})
+	}
+}
