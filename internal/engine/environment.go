@@ -239,11 +239,15 @@ func (env *Environment) Apply(ctx context.Context, configs map[string]*PolicyCon
 
 // Changed returns the policies of configs that Apply would build (new
 // ones, and those that differ from what serves), each with the URIs of the
-// modules it loads, so that a caller can fetch them first.
+// modules it loads, so that a caller can fetch them first. A closed
+// environment builds nothing: none.
 func (env *Environment) Changed(configs map[string]*PolicyConfig) map[string][]string {
 	env.stateMu.Lock()
 	defer env.stateMu.Unlock()
 	out := map[string][]string{}
+	if env.closed {
+		return out
+	}
 	for id, c := range configs {
 		if old, ok := env.entries[id]; !ok || !old.config.equal(c) {
 			out[id] = c.modules()
