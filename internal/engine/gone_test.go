@@ -6,9 +6,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
 	"github.com/wardenhq/warden/internal/admission/admissiontest"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // TestNoEvaluationForAClientThatHasGone checks that a request whose
@@ -46,7 +48,7 @@ func TestNoEvaluationForAClientThatHasGone(t *testing.T) {
 			_, err := e.Validate(ctx, "labels", req, OriginValidate)
 			errc <- err
 		}()
-		eventually(t, "the request waits for a turn", func() bool { return p.calls.waiting.Load() == 1 })
+		testkit.Eventually(t, 30*time.Second, "the request waits for a turn", func() bool { return p.calls.waiting.Load() == 1 })
 		cancel()
 		for range cap(p.calls.run) {
 			<-p.calls.run

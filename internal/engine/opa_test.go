@@ -266,7 +266,7 @@ func TestRegoRunners(t *testing.T) {
 			if got.Status != nil && tt.want.Status != nil && sameMessage(got.Status.Message, tt.want.Status.Message) {
 				got.Status.Message = tt.want.Status.Message
 			}
-			if !jsonEqual(t, got.Patch, tt.patch) {
+			if !patchEqual(t, got.Patch, tt.patch) {
 				t.Errorf("patch = %s, want %s", got.Patch, tt.patch)
 			}
 			got.Patch, tt.want.UID = nil, "u1"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // TestALoopingPolicyShedsWhatItCannotServe fills a looping policy's turns
@@ -41,7 +42,7 @@ labels: {module: "{labels}", settings: {denied_labels: [blocked]}}
 			answers <- answerPod(validate, "loop", "")
 		}()
 	}
-	eventually(t, "the loop policy's turns and queue are full", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the loop policy's turns and queue are full", func() bool {
 		return len(p.calls.run) == cap(p.calls.run) && p.calls.waiting.Load() == p.calls.limit
 	})
 	if got := f.answer("loop", ""); got != msgTimeout {
@@ -90,16 +91,5 @@ func TestTheTimeLimitCoversTheWait(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the waiting request was not answered within a minute")
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

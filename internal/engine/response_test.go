@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -65,7 +66,7 @@ func TestToAdmissionResponse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !jsonEqual(t, got.Patch, tt.wantPatch) {
+			if !patchEqual(t, got.Patch, tt.wantPatch) {
 				t.Errorf("patch = %s, want %s", got.Patch, tt.wantPatch)
 			}
 			got.Patch = nil
@@ -76,20 +77,13 @@ func TestToAdmissionResponse(t *testing.T) {
 	}
 }
 
-// jsonEqual compares two JSON documents by value; empty equals empty.
-func jsonEqual(t *testing.T, a []byte, b string) bool {
+// patchEqual compares two patches by JSON value; no patch equals no patch.
+func patchEqual(t *testing.T, a []byte, b string) bool {
 	t.Helper()
 	if len(a) == 0 || b == "" {
 		return len(a) == 0 && b == ""
 	}
-	var va, vb any
-	if err := json.Unmarshal(a, &va); err != nil {
-		t.Fatalf("invalid JSON %s: %v", a, err)
-	}
-	if err := json.Unmarshal([]byte(b), &vb); err != nil {
-		t.Fatalf("invalid JSON %s: %v", b, err)
-	}
-	return reflect.DeepEqual(va, vb)
+	return testkit.JSONEqual(t, a, []byte(b))
 }
 
 func TestPostProcess(t *testing.T) {

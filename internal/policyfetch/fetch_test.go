@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/pkitest"
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // moduleServer serves a module and the ways a download goes wrong.
@@ -226,9 +227,9 @@ func TestFetchConcurrentDownloadsOnce(t *testing.T) {
 			results[i] = err
 		})
 	}
-	waitFor(t, "all callers join one download", func() bool { return f.flights.waiting(uri) == n })
+	testkit.Eventually(t, 10*time.Second, "all callers join one download", func() bool { return f.flights.waiting(uri) == n })
 	leave()
-	waitFor(t, "the first caller leaves", func() bool { return f.flights.waiting(uri) == n-1 })
+	testkit.Eventually(t, 10*time.Second, "the first caller leaves", func() bool { return f.flights.waiting(uri) == n-1 })
 	g.release()
 	wg.Wait()
 
@@ -251,17 +252,6 @@ func TestFetchConcurrentDownloadsOnce(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds. The bound only keeps a broken build
-// from hanging; nothing is timed.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-	}
-}
-
 // TestFetchAllLeave checks that the download stops when every caller has
 // gone, and that nothing stays in the store.
 func TestFetchAllLeave(t *testing.T) {
@@ -276,7 +266,7 @@ func TestFetchAllLeave(t *testing.T) {
 		_, err := f.Fetch(ctx, uri)
 		done <- err
 	}()
-	waitFor(t, "the manifest request", func() bool { return reg.count("GET manifests") > 0 })
+	testkit.Eventually(t, 10*time.Second, "the manifest request", func() bool { return reg.count("GET manifests") > 0 })
 	cancel()
 	checkErr(t, <-done, "fetching "+uri+": context canceled")
 	if f.flights.waiting(uri) != 0 {

@@ -2,10 +2,8 @@ package wasm_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/rego/regotest"
+	"github.com/wardenhq/warden/internal/testkit"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -71,7 +70,7 @@ func TestOPAEval(t *testing.T) {
 	// The fake sprintf echoes its arguments: the set and the control
 	// character cross the boundary intact.
 	want := `[{"result":{"count":3,"described":"\"%v\"|[{1, \"a\", \"b\\u0001\"}]","greeting":"\"%s, %s\"|[\"hello\", \"bob\"]","size":"undefined"}}]`
-	if !jsonEqual(out, []byte(want)) {
+	if !testkit.JSONEqual(t, out, []byte(want)) {
 		t.Errorf("result = %s\nwant       %s", out, want)
 	}
 	if len(f.calls) != 3 {
@@ -136,7 +135,7 @@ func TestOPADeadline(t *testing.T) {
 		t.Fatalf("error = %v, want ErrDeadlineExceeded", err)
 	}
 	out, err := o.Eval(context.Background(), []byte(`{"review":{"object":{"spec":{"values":[1,2]}}}}`), f.call)
-	if err != nil || !jsonEqual(out, []byte(`[{"result":[]}]`)) {
+	if err != nil || !testkit.JSONEqual(t, out, []byte(`[{"result":[]}]`)) {
 		t.Errorf("evaluation after the deadline = %s, %v; want an empty violation set", out, err)
 	}
 }
@@ -162,23 +161,28 @@ func TestOPAIsolation(t *testing.T) {
 		}
 		want[i] = string(out)
 	}
+	type answer struct {
+		input int
+		out   []byte
+		err   error
+	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 70)
+	answers := make(chan answer, 70)
 	for g := range 10 {
 		wg.Go(func() {
 			for k := range 7 {
 				i := (g + k) % 7
 				out, err := o.Eval(context.Background(), []byte(input(i)), f.call)
-				if err != nil || !jsonEqual(out, []byte(want[i])) {
-					errs <- fmt.Errorf("input %d: %s, %v; want %s", i, out, err, want[i])
-				}
+				answers <- answer{i, out, err}
 			}
 		})
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
+	close(answers)
+	for a := range answers {
+		if a.err != nil || !testkit.JSONEqual(t, a.out, []byte(want[a.input])) {
+			t.Errorf("input %d: %s, %v; want %s", a.input, a.out, a.err, want[a.input])
+		}
 	}
 }
 
@@ -212,13 +216,6 @@ func TestCompileOPARefuses(t *testing.T) {
 			t.Fatalf("error = %v, want one naming CompileOPA", err)
 		}
 	})
-}
-
-// jsonEqual reports whether a and b hold the same JSON value: OPA does not
-// sort object keys.
-func jsonEqual(a, b []byte) bool {
-	var x, y any
-	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 // TestOPAEvalWithData: an instance parses a data document once and keeps
@@ -258,7 +255,7 @@ func TestOPAEvalWithData(t *testing.T) {
 	if out := eval(wasm.NewOPAData([]byte(`{"other":1}`))); !strings.Contains(out, `"greeting":"none"`) {
 		t.Errorf("with data without a greeting: %s", out)
 	}
-	if after := eval(wasm.OPAData{}); !jsonEqual([]byte(after), []byte(before)) {
+	if after := eval(wasm.OPAData{}); !testkit.JSONEqual(t, []byte(after), []byte(before)) {
 		t.Errorf("back to NewOPA's data: %s, want %s", after, before)
 	}
 	if n := o.DataLoads() - loads; n != 3 {
@@ -270,7 +267,7 @@ func TestOPAEvalWithData(t *testing.T) {
 		!strings.Contains(err.Error(), "loading the policy data: the policy cannot parse the data") {
 		t.Errorf("unparsable data: error = %v", err)
 	}
-	if after := eval(wasm.OPAData{}); !jsonEqual([]byte(after), []byte(before)) {
+	if after := eval(wasm.OPAData{}); !testkit.JSONEqual(t, []byte(after), []byte(before)) {
 		t.Errorf("after unparsable data: %s, want %s", after, before)
 	}
 }
