@@ -2,11 +2,12 @@ package wardenctl
 
 import (
 	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // requireLabel is a ValidatingAdmissionPolicy whose param (a ConfigMap)
@@ -149,7 +150,7 @@ func TestRunKubePolicy(t *testing.T) {
 			if r.code != 0 {
 				t.Fatalf("%s", r)
 			}
-			if got := strings.TrimSpace(r.stdout); !jsonEqual(t, got, tc.want) {
+			if got := strings.TrimSpace(r.stdout); !testkit.JSONEqual(t, []byte(got), []byte(tc.want)) {
 				t.Errorf("printed\n%s\nwant\n%s", got, tc.want)
 			}
 			if tc.wantWarn != "" && !strings.Contains(r.stderr, tc.wantWarn) {
@@ -325,16 +326,3 @@ func base64Of(s string) string {
 }
 
 func fileIn(dir, name string) string { return dir + "/" + name }
-
-// jsonEqual reports whether two JSON documents hold the same value.
-func jsonEqual(t *testing.T, a, b string) bool {
-	t.Helper()
-	var x, y any
-	if err := json.Unmarshal([]byte(a), &x); err != nil {
-		t.Fatalf("%q: %v", a, err)
-	}
-	if err := json.Unmarshal([]byte(b), &y); err != nil {
-		t.Fatalf("%q: %v", b, err)
-	}
-	return reflect.DeepEqual(x, y)
-}
