@@ -82,6 +82,8 @@ type Runtime struct {
 	// maxHostCall and maxResponse are Config.MaxHostCallBytes and
 	// Config.MaxResponseBytes.
 	maxHostCall, maxResponse int
+	// giveBack returns memory to the OS after failed calls (giveback.go).
+	giveBack giveBack
 	// guestSlots bounds the goroutines running guest code at once to
 	// GOMAXPROCS-1 (at least 1), as of NewRuntime. The Go scheduler cannot
 	// preempt guest machine code, so a free P is what lets the timers that

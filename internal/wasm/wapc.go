@@ -223,6 +223,7 @@ func (w *Wapc) Call(ctx context.Context, host HostCaller, op string, payload []b
 	in.sink.call = nil
 	if err != nil {
 		in.close(ctx)
+		w.r.giveBack.request()
 		err = callError(ctx, err, st.stderrText(), interrupted)
 		if interrupted {
 			return nil, err

@@ -68,6 +68,7 @@ func (r *Runtime) runWASI(ctx context.Context, m *Module, host HostCaller, comma
 		if errors.As(err, &exit) && exit.code == 0 && !interrupted {
 			return res, nil
 		}
+		r.giveBack.request()
 		return res, callError(ctx, err, res.Stderr, interrupted)
 	}
 	return res, nil

@@ -321,6 +321,9 @@ func (in *wasiInstance) run(first *wasiRequest) {
 	if !irq && (in.noSnapshot || (ended && in.snap == nil) || (returned && in.snap != nil)) {
 		p.fresh.Store(true)
 	}
+	if err != nil {
+		p.r.giveBack.request() // the instance ends with this call
+	}
 	req.reply <- wasiOutcome{res: res, err: err}
 }
 
