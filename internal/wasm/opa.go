@@ -513,7 +513,7 @@ func (o *OPA) EvalWithData(ctx context.Context, input []byte, data OPAData, buil
 	c.call(fnCtxSetData, ec, in.data)
 	c.call(fnCtxSetEntrypoint, ec, opaEntrypoint)
 	c.call(fnEval, ec)
-	out := c.json(c.call(fnCtxGetResult, ec))
+	out := c.jsonMax(c.call(fnCtxGetResult, ec), o.r.maxResponse)
 	if err := c.result(ctx, st, done()); err != nil {
 		in.close(ctx)
 		return nil, err
@@ -693,6 +693,18 @@ func (c *opaCaller) json(addr uint64) []byte {
 	return c.string(c.call(fnJSONDump, addr))
 }
 
+// jsonMax dumps the value at addr as JSON, of at most limit bytes: a
+// longer dump is not read, and the call fails with ResponseTooLargeError.
+func (c *opaCaller) jsonMax(addr uint64, limit int) []byte {
+	addr = c.call(fnJSONDump, addr)
+	if c.err != nil {
+		return nil
+	}
+	var s []byte
+	s, c.err = cStringMax(c.in.mod.Memory(), addr, limit)
+	return s
+}
+
 // string reads the NUL-terminated string at addr.
 func (c *opaCaller) string(addr uint64) []byte {
 	if c.err != nil {
@@ -716,6 +728,24 @@ func (c *opaCaller) result(ctx context.Context, st *opaCall, interrupted bool) e
 	default:
 		return callError(ctx, c.err, "", false)
 	}
+}
+
+// cStringMax is cString for a string of at most limit bytes: past them, a
+// *ResponseTooLargeError, and nothing is copied.
+func cStringMax(mem api.Memory, addr uint64, limit int) ([]byte, error) {
+	size := uint64(mem.Size())
+	if addr >= size {
+		return nil, errGuestOutOfBounds
+	}
+	b, _ := mem.Read(uint32(addr), uint32(min(size-addr, uint64(limit)+1)))
+	n := bytes.IndexByte(b, 0)
+	switch {
+	case n >= 0:
+		return bytes.Clone(b[:n]), nil
+	case len(b) > limit:
+		return nil, &ResponseTooLargeError{Limit: limit}
+	}
+	return nil, errors.New("unterminated string in guest memory")
 }
 
 func cString(mem api.Memory, addr uint64) ([]byte, error) {

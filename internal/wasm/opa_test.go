@@ -484,3 +484,21 @@ func BenchmarkOPANewData(b *testing.B) {
 		}
 	}
 }
+
+// TestOPAResultCap checks the cap on answers for Rego policies: a result
+// over it is not read, and the evaluation fails naming the cap. The abi
+// policy's result holds its input's members (through the fake sprintf).
+func TestOPAResultCap(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{MaxResponseBytes: 10000})
+	o := newOPA(t, rt, "abi.rego", "abi/result", `{"greeting":"hello"}`, 1)
+	var f fakeBuiltins
+	if _, err := o.Eval(context.Background(), []byte(`{"name":"bob","members":["a"]}`), f.call); err != nil {
+		t.Fatalf("under the cap: %v", err)
+	}
+	input := []byte(`{"name":"bob","members":["` + strings.Repeat("x", 20000) + `"]}`)
+	_, err := o.Eval(context.Background(), input, f.call)
+	var tooLarge *wasm.ResponseTooLargeError
+	if !errors.As(err, &tooLarge) || !strings.Contains(err.Error(), "over the limit of 10000 bytes per response") {
+		t.Fatalf("over the cap: error = %v, want a *ResponseTooLargeError naming the cap", err)
+	}
+}
