@@ -345,6 +345,18 @@ func generationOf(r map[string]any) float64 {
 	return g
 }
 
+// startAuditCluster starts an API server that serves the policy and report
+// CRDs, with a client whose scheme knows them.
+func startAuditCluster(t *testing.T) *clustertest.Cluster {
+	t.Helper()
+	scheme, err := auditscanner.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clustertest.Start(t, clustertest.WithScheme(scheme),
+		clustertest.WithCRDDirectory("../../config/crd/bases", "../../config/crd/reports"))
+}
+
 // TestAudit runs the audit scanner against a real API server and a real
 // policy server over mutual TLS: policy selection, both report kinds,
 // reports compared field by field with Kubewarden's
@@ -354,12 +366,7 @@ func generationOf(r map[string]any) float64 {
 // policy server that is down or refuses the scanner without its client
 // certificate, and the cleanup of legacy reports.
 func TestAudit(t *testing.T) {
-	scheme, err := auditscanner.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := clustertest.Start(t, clustertest.WithScheme(scheme),
-		clustertest.WithCRDDirectory("../../config/crd/bases", "../../config/crd/reports"))
+	cl := startAuditCluster(t)
 	c := cl.Client
 	kubeconfig := writeKubeconfig(t, cl.Config)
 
@@ -978,12 +985,7 @@ func TestAuditScale(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the audit scanner: %v\n%s", err, out)
 	}
-	scheme, err := auditscanner.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := clustertest.Start(t, clustertest.WithScheme(scheme),
-		clustertest.WithCRDDirectory("../../config/crd/bases", "../../config/crd/reports"))
+	cl := startAuditCluster(t)
 	c := cl.Client
 	kubeconfig := writeKubeconfig(t, cl.Config)
 

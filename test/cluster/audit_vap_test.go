@@ -15,8 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
-	"github.com/wardenhq/warden/internal/auditscanner"
-	"github.com/wardenhq/warden/internal/clustertest"
 )
 
 // TestAuditVAP runs the audit scanner on the ValidatingAdmissionPolicies
@@ -27,12 +25,7 @@ import (
 // then a second run that reuses every result, a change of a param that
 // evaluates the objects again, and --disable-kubernetes-policies.
 func TestAuditVAP(t *testing.T) {
-	scheme, err := auditscanner.NewScheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := clustertest.Start(t, clustertest.WithScheme(scheme),
-		clustertest.WithCRDDirectory("../../config/crd/bases", "../../config/crd/reports"))
+	cl := startAuditCluster(t)
 	c := cl.Client
 	kubeconfig := writeKubeconfig(t, cl.Config)
 
@@ -142,7 +135,7 @@ func TestAuditVAP(t *testing.T) {
 	var warnings warningCollector
 	dryCfg := rest.CopyConfig(cl.Config)
 	dryCfg.WarningHandler = &warnings
-	dry, err := client.New(dryCfg, client.Options{Scheme: scheme})
+	dry, err := client.New(dryCfg, client.Options{Scheme: c.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
