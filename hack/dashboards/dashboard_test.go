@@ -206,6 +206,8 @@ var exportedMetrics = []string{
 	"kubewarden_policy_evaluation_latency_milliseconds_sum",
 	"kubewarden_policy_evaluation_latency_milliseconds_count",
 	"warden_policy_reload_total",
+	"warden_policy_evaluation_timeouts_total",
+	"warden_policy_server_refused_requests_total",
 	"kubewarden_policy_total",
 	"controller_runtime_",
 	"process_",

@@ -32,6 +32,9 @@ const (
 type Recorder interface {
 	RecordEvaluation(ctx context.Context, e observability.Evaluation, latency time.Duration)
 	RecordInitializationError(ctx context.Context, policyName, err string)
+	// RecordTimeout is told of each evaluation its policy's time limit
+	// ended, besides RecordEvaluation.
+	RecordTimeout(ctx context.Context, policyName string)
 }
 
 // failureReportKey is the context key of WithFailureReport's function.
@@ -268,6 +271,7 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admissi
 		if errors.Is(err, errQueueFull) || ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			e.logger.WarnContext(ctx, "policy evaluation not run: the policy's earlier requests hold its turns",
 				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, observability.KeyError, err)
+			e.recorder.RecordTimeout(ctx, e.nameOf(p.ID))
 			return failed(ctx, p, reject(uid, msgTimeout, 500)), nil
 		}
 		if ctx.Err() != nil {
@@ -285,6 +289,7 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admissi
 		if errors.Is(err, wasm.ErrDeadlineExceeded) {
 			e.logger.ErrorContext(ctx, "policy evaluation exceeded its time limit",
 				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid)
+			e.recorder.RecordTimeout(ctx, e.nameOf(p.ID))
 			return failed(ctx, p, reject(uid, msgTimeout, 500)), nil
 		}
 		if ce, ok := asContextError(err); ok {

@@ -407,10 +407,12 @@ func TestFailedStage(t *testing.T) {
 	}
 }
 
-// nameRecorder keeps the policy_name of each evaluation recorded.
+// nameRecorder keeps the policy_name of each evaluation recorded, and of
+// each timeout.
 type nameRecorder struct {
-	mu    sync.Mutex
-	names []string
+	mu       sync.Mutex
+	names    []string
+	timeouts []string
 }
 
 func (r *nameRecorder) RecordEvaluation(_ context.Context, e observability.Evaluation, _ time.Duration) {
@@ -420,6 +422,45 @@ func (r *nameRecorder) RecordEvaluation(_ context.Context, e observability.Evalu
 }
 
 func (r *nameRecorder) RecordInitializationError(context.Context, string, string) {}
+func (r *nameRecorder) RecordTimeout(_ context.Context, policyName string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.timeouts = append(r.timeouts, policyName)
+}
+
+// An evaluation its time limit ends is recorded as a timeout, under the
+// policy's name; an answer, even a rejection, is not.
+func TestEnvironmentRecordsTimeouts(t *testing.T) {
+	rec := &nameRecorder{}
+	rt, err := wasm.NewRuntime(context.Background(), wasm.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.Background()) })
+	env, err := NewEnvironment(Options{Runtime: rt, Workers: 1, Recorder: rec, TimeoutProtection: true, DefaultTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { env.Close(context.Background()) })
+	f := &envFixture{t: t, rt: rt, env: env, dir: t.TempDir()}
+	configs := f.configs("loop: {module: {loop}, timeoutEvalSeconds: 1}\nlabels: {module: {labels}, settings: {denied_labels: [foo]}}\n")
+	// Served as a cluster-mode replica serves generation 3.
+	configs["loop/3"] = configs["loop"]
+	configs["loop/3"].Name = "loop"
+	delete(configs, "loop")
+	if err := env.Init(context.Background(), configs); err != nil {
+		t.Fatal(err)
+	}
+	if got := answerPod(env.Validate, "loop/3", ""); !strings.Contains(got, "exceeded the allowed execution time") {
+		t.Fatalf("the loop answers %q, want its timeout", got)
+	}
+	if got := answerPod(env.Validate, "labels", "foo"); got != "label foo is denied" {
+		t.Fatalf("labels answers %q", got)
+	}
+	if want := []string{"loop"}; !slices.Equal(rec.timeouts, want) {
+		t.Errorf("timeouts recorded: %q, want %q", rec.timeouts, want)
+	}
+}
 
 // A cluster-mode replica serves each generation under <name>/<generation>:
 // the metrics name every generation, and the alias, after the policy, as

@@ -417,3 +417,4 @@ type nopRecorder struct{}
 
 func (nopRecorder) RecordEvaluation(context.Context, observability.Evaluation, time.Duration) {}
 func (nopRecorder) RecordInitializationError(context.Context, string, string)                 {}
+func (nopRecorder) RecordTimeout(context.Context, string)                                     {}

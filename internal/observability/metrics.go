@@ -35,6 +35,26 @@ const (
 	// be read), action (add, update, remove, or read) and result (success
 	// or failure).
 	MetricPolicyReloads = "warden_policy_reload_total"
+	// MetricEvaluationTimeouts counts the evaluations ended by the policy's
+	// time limit, by policy_name: Kubewarden's metrics count them as any
+	// failure, error_code 500.
+	MetricEvaluationTimeouts = "warden_policy_evaluation_timeouts_total"
+	// MetricRefusedRequests counts the requests the policy server refused
+	// before any evaluation to protect itself, by reason (the Refused*
+	// constants).
+	MetricRefusedRequests = "warden_policy_server_refused_requests_total"
+)
+
+// Reasons of MetricRefusedRequests.
+const (
+	// RefusedBodyTooLarge: a body over --max-request-body-size (413).
+	RefusedBodyTooLarge = "body_too_large"
+	// RefusedMemoryBudget: the budget of request bodies held at once is
+	// spent (429).
+	RefusedMemoryBudget = "memory_budget"
+	// RefusedSlowBody: the body did not arrive within
+	// --request-read-timeout (408).
+	RefusedSlowBody = "slow_body"
 )
 
 // DefaultServiceName is the OTLP resource's service.name unless
@@ -135,6 +155,8 @@ type Metrics struct {
 	evaluations metric.Int64Counter
 	latency     metric.Float64Histogram
 	reloads     metric.Int64Counter
+	timeouts    metric.Int64Counter
+	refused     metric.Int64Counter
 }
 
 // NewMetrics builds the meter provider, its Prometheus reader (served by
@@ -262,7 +284,36 @@ func newInstruments(provider *sdkmetric.MeterProvider) (*Metrics, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating %s: %w", MetricPolicyReloads, err)
 	}
-	return &Metrics{provider: provider, evaluations: evaluations, latency: latency, reloads: reloads}, nil
+	timeouts, err := meter.Int64Counter(MetricEvaluationTimeouts,
+		metric.WithDescription("Number of policy evaluations ended by the policy's time limit."))
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", MetricEvaluationTimeouts, err)
+	}
+	refused, err := meter.Int64Counter(MetricRefusedRequests,
+		metric.WithDescription("Number of requests refused before any evaluation, by reason."))
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", MetricRefusedRequests, err)
+	}
+	return &Metrics{provider: provider, evaluations: evaluations, latency: latency, reloads: reloads,
+		timeouts: timeouts, refused: refused}, nil
+}
+
+// RecordTimeout counts an evaluation of policyName that its time limit
+// ended.
+func (m *Metrics) RecordTimeout(ctx context.Context, policyName string) {
+	if m == nil {
+		return
+	}
+	m.timeouts.Add(ctx, 1, metric.WithAttributes(attribute.String(attrPolicyName, policyName)))
+}
+
+// RecordRefused counts a request refused before any evaluation, for reason
+// (RefusedBodyTooLarge, RefusedMemoryBudget, RefusedSlowBody).
+func (m *Metrics) RecordRefused(ctx context.Context, reason string) {
+	if m == nil {
+		return
+	}
+	m.refused.Add(ctx, 1, metric.WithAttributes(attribute.String("reason", reason)))
 }
 
 // RecordReload counts one change of a hot reload: action is add, update or

@@ -380,3 +380,20 @@ func BenchmarkRecordEvaluation(b *testing.B) {
 		})
 	})
 }
+
+// Timeouts and refusals have counters of their own, besides Kubewarden's.
+func TestTimeoutAndRefusalCounters(t *testing.T) {
+	m := newTestMetrics(t, MetricsOptions{})
+	m.RecordTimeout(context.Background(), "loop")
+	m.RecordTimeout(context.Background(), "loop")
+	m.RecordRefused(context.Background(), RefusedSlowBody)
+	got := scrape(t, m)
+	for _, want := range []string{
+		`warden_policy_evaluation_timeouts_total{policy_name="loop"} 2`,
+		`warden_policy_server_refused_requests_total{reason="slow_body"} 1`,
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s", want, got)
+		}
+	}
+}

@@ -52,6 +52,7 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) (body []byte, 
 	}
 	limit := s.opts.MaxRequestBodySize
 	if r.ContentLength > limit { // refused unread
+		s.metrics.RecordRefused(r.Context(), observability.RefusedBodyTooLarge)
 		writeError(w, http.StatusRequestEntityTooLarge,
 			fmt.Sprintf("Failed to buffer the request body: length limit exceeded (the limit is %d bytes)", limit))
 		return nil, nil
@@ -65,15 +66,18 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request) (body []byte, 
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
+		s.metrics.RecordRefused(r.Context(), observability.RefusedBodyTooLarge)
 		writeError(w, http.StatusRequestEntityTooLarge,
 			fmt.Sprintf("Failed to buffer the request body: length limit exceeded (the limit is %d bytes)", tooLarge.Limit))
 	case errors.Is(err, errBodyBudget):
+		s.metrics.RecordRefused(r.Context(), observability.RefusedMemoryBudget)
 		s.logger.DebugContext(r.Context(), msgBodyBudgetSpent, observability.KeyPolicyID, r.PathValue("id"))
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, fmt.Sprintf(
 			"Failed to buffer the request body: the server is at its request-memory budget (--max-in-flight-request-body-bytes=%d bytes of request bodies held at once); retry later",
 			s.bodies.size))
 	case errors.Is(err, os.ErrDeadlineExceeded):
+		s.metrics.RecordRefused(r.Context(), observability.RefusedSlowBody)
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusRequestTimeout, fmt.Sprintf(
 			"Failed to buffer the request body: the request was not received within %s (--request-read-timeout)", s.opts.RequestReadTimeout))

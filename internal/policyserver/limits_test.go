@@ -106,6 +106,15 @@ func TestRequestBodyBudget(t *testing.T) {
 		!strings.Contains(e.Message, "the server is at its request-memory budget") || header.Get("Retry-After") == "" {
 		t.Errorf("refusal: %s (Retry-After %q), want a JSON message naming the budget and a Retry-After", body, header.Get("Retry-After"))
 	}
+	resp, err := http.Get(ts.ready + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `warden_policy_server_refused_requests_total{reason="memory_budget"} `; !strings.Contains(string(metrics), want) {
+		t.Errorf("the metrics do not count the refusal (%s...):\n%s", want, metrics)
+	}
 
 	// The held bodies finish and are answered; the budget is free again.
 	if _, err := declared.Write(declaredBody[1:]); err != nil {

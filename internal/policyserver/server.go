@@ -518,6 +518,10 @@ func (r evaluationRecorder) RecordInitializationError(ctx context.Context, polic
 	r.tracing.RecordInitializationError(ctx, policyName, err)
 }
 
+func (r evaluationRecorder) RecordTimeout(ctx context.Context, policyName string) {
+	r.metrics.RecordTimeout(ctx, policyName)
+}
+
 // newVerifier returns the signature verifier of --verification-path, or nil
 // when it is not set. Keyless signatures and Rekor bundles are checked
 // against the Sigstore trust root of --sigstore-trust-config, offline;
