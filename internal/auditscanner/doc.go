@@ -14,12 +14,13 @@
 // object's report: an OpenReports Report/ClusterReport (openreports.io/v1alpha1)
 // or a legacy PolicyReport/ClusterPolicyReport (wgpolicyk8s.io/v1alpha2).
 //
-// Kubernetes' own ValidatingAdmissionPolicies are audited too
-// (kubepolicies.go; --disable-kubernetes-policies turns it off): each run
-// lists them with their bindings and params once, and evaluates the
-// objects in process with the API server's admission plugin
-// (internal/kubepolicy), one result per binding and validation, named
-// vap/<policy>/<binding>, in the same reports
+// Kubernetes' own ValidatingAdmissionPolicies and MutatingAdmissionPolicies
+// are audited too (kubepolicies.go; --disable-kubernetes-policies turns it
+// off): each run lists them with their bindings and params once, and
+// evaluates the objects in process with the API server's admission plugins
+// (internal/kubepolicy), one result per VAP binding and validation, named
+// vap/<policy>/<binding>, and one per MAP binding ("would mutate"), named
+// map/<policy>/<binding>, in the same reports
 // (docs/audit-scanner.md#kubernetes-validatingadmissionpolicies).
 //
 // Where Warden goes further than Kubewarden, to be lighter on the API server:

@@ -27,14 +27,16 @@ import (
 	"github.com/wardenhq/warden/internal/kubepolicy"
 )
 
-// This file audits Kubernetes' own ValidatingAdmissionPolicies: each
-// binding of a VAP is evaluated in process, by the API server's admission
-// plugin (internal/kubepolicy), with one result per validation
+// This file audits Kubernetes' own ValidatingAdmissionPolicies and
+// MutatingAdmissionPolicies: each binding is evaluated in process, by the
+// API server's admission plugins (internal/kubepolicy), with one result
+// per validation of a VAP and one per MAP binding, telling whether the MAP
+// would change the object
 // (docs/audit-scanner.md#kubernetes-validatingadmissionpolicies).
 
-// Properties of the results of a ValidatingAdmissionPolicy, besides
-// validating, policy-name, policy-uid and policy-resource-version, which
-// are the VAP's.
+// Properties of the results of a ValidatingAdmissionPolicy or
+// MutatingAdmissionPolicy, besides validating (mutating), policy-name,
+// policy-uid and policy-resource-version, which are the policy's.
 const (
 	propertyPolicyKind        = "policy-kind"
 	propertyBindingName       = "binding-name"
@@ -45,9 +47,11 @@ const (
 	propertyValidationExpr    = "validation-expression"
 
 	// vapResultPrefix starts the policy of a VAP's results,
-	// vap/<policy>/<binding>: a Warden policy's unique name starts with
-	// clusterwide-, namespaced- or group-, never with it.
+	// vap/<policy>/<binding>, and mapResultPrefix a MAP's,
+	// map/<policy>/<binding>: a Warden policy's unique name starts with
+	// clusterwide-, namespaced- or group-, never with either.
 	vapResultPrefix = "vap/"
+	mapResultPrefix = "map/"
 )
 
 // probeMessage is the message of a binding's probe, the validation that
@@ -59,22 +63,33 @@ const probeMessage = "warden audit probe"
 // a load mostly waits for the plugin's informers to sync.
 const kubeLoadParallelism = 8
 
-// kubeCatalog is the cluster's ValidatingAdmissionPolicy bindings, loaded
-// once per run. Its methods are safe for concurrent use; close releases
-// the plugins.
+// kubeCatalog is the cluster's ValidatingAdmissionPolicy and
+// MutatingAdmissionPolicy bindings, loaded once per run. Its methods are
+// safe for concurrent use; close releases the plugins.
 type kubeCatalog struct {
 	bindings []*kubeBinding
 }
 
 // kubeBinding is one ValidatingAdmissionPolicyBinding with its policy and
-// params, loaded into the API server's plugin once per validation.
+// params, loaded into the API server's plugin once per validation, or one
+// MutatingAdmissionPolicyBinding with its policy and params, loaded once.
 type kubeBinding struct {
-	// name is the policy of its results: vap/<policy>/<binding>.
-	name    string
+	// kind is kubepolicy.KindVAP or kubepolicy.KindMAP.
+	kind string
+	// name is the policy of its results: vap/<policy>/<binding> or
+	// map/<policy>/<binding>.
+	name string
+	// vap and binding are the ValidatingAdmissionPolicy and its binding;
+	// for a MAP, its probe VAP and binding (probeVAP), which match what
+	// the MAP binding matches: rules, selectors and params are read from
+	// them for both kinds.
 	vap     *admissionregistrationv1.ValidatingAdmissionPolicy
 	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	// rules are the rules an audit can list resources of: the VAP's
-	// resourceRules, as Warden policies' rules.
+	// mapPolicy and mapBinding are the MAP and its binding; nil for a VAP.
+	mapPolicy  *admissionregistrationv1.MutatingAdmissionPolicy
+	mapBinding *admissionregistrationv1.MutatingAdmissionPolicyBinding
+	// rules are the rules an audit can list resources of: the (probe)
+	// VAP's resourceRules, as Warden policies' rules.
 	rules []admissionregistrationv1.RuleWithOperations
 	// bindingRules are the binding's resourceRules, nil when it has
 	// none: the resources listed must match one of them too.
@@ -90,11 +105,13 @@ type kubeBinding struct {
 	probe *kubepolicy.Policy
 	// validations are the VAP's validations, each alone in a plugin.
 	validations []*kubepolicy.Policy
-	meta        resultMeta
+	// mutation is the MAP with this binding alone; nil for a VAP.
+	mutation *kubepolicy.Policy
+	meta     resultMeta
 }
 
-// kubeSource is what loading the ValidatingAdmissionPolicies reads from
-// the cluster.
+// kubeSource is what loading the ValidatingAdmissionPolicies and
+// MutatingAdmissionPolicies reads from the cluster.
 type kubeSource struct {
 	reader client.Reader
 	dyn    dynamic.Interface
@@ -104,50 +121,26 @@ type kubeSource struct {
 	namespace kubepolicy.NamespaceFunc
 }
 
-// loadKubeCatalog lists the ValidatingAdmissionPolicies and their
-// bindings, reads the params of each binding, and loads each binding's
-// validations. An API server that does not serve them gives an empty
-// catalog, with a debug log. A binding whose params or plugin fail is
-// kept, with its error, to be counted as errored.
+// loadKubeCatalog lists the ValidatingAdmissionPolicies,
+// MutatingAdmissionPolicies and their bindings, reads the params of each
+// binding, and loads each binding's validations or mutations. A kind the
+// API server does not serve is left out, with a debug log. A binding
+// whose params or plugin fail is kept, with its error, to be counted as
+// errored.
 func loadKubeCatalog(ctx context.Context, src kubeSource, logger *slog.Logger) (*kubeCatalog, error) {
-	var vaps admissionregistrationv1.ValidatingAdmissionPolicyList
-	var bindings admissionregistrationv1.ValidatingAdmissionPolicyBindingList
-	for _, l := range []struct {
-		what string
-		list client.ObjectList
-	}{{"ValidatingAdmissionPolicies", &vaps}, {"ValidatingAdmissionPolicyBindings", &bindings}} {
-		err := src.reader.List(ctx, l.list)
-		switch {
-		case err == nil:
-		case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
-			logger.DebugContext(ctx, "ValidatingAdmissionPolicies not audited: the API server does not serve them", keyError, err)
-			return &kubeCatalog{}, nil
-		case apierrors.IsForbidden(err):
-			// A scanner installed with an older ClusterRole still
-			// audits Warden's policies.
-			logger.WarnContext(ctx, "ValidatingAdmissionPolicies not audited: the scanner may not list them", keyError, err)
-			return &kubeCatalog{}, nil
-		default:
-			return nil, fmt.Errorf("listing %s: %w", l.what, err)
-		}
+	vapBindings, err := listVAPBindings(ctx, src.reader, logger)
+	if err != nil {
+		return nil, err
 	}
-	byName := map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}
-	for i := range vaps.Items {
-		byName[vaps.Items[i].Name] = &vaps.Items[i]
+	mapBindings, err := listMAPBindings(ctx, src.reader, logger)
+	if err != nil {
+		return nil, err
 	}
-	cat := &kubeCatalog{}
+	cat := &kubeCatalog{bindings: append(vapBindings, mapBindings...)}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, kubeLoadParallelism)
-	for i := range bindings.Items {
-		b := &bindings.Items[i]
-		vap := byName[b.Spec.PolicyName]
-		if vap == nil || len(vap.Spec.Validations) == 0 {
-			// The API server enforces nothing for them either.
-			continue
-		}
-		kb := newKubeBinding(vap, b)
-		cat.bindings = append(cat.bindings, kb)
-		params, err := src.params(ctx, vap, b)
+	for _, kb := range cat.bindings {
+		params, err := src.params(ctx, kb.vap, kb.binding)
 		if err != nil {
 			kb.err = err
 			continue
@@ -163,6 +156,74 @@ func loadKubeCatalog(ctx context.Context, src kubeSource, logger *slog.Logger) (
 	return cat, nil
 }
 
+// listVAPBindings returns the ValidatingAdmissionPolicyBindings whose
+// VAP exists and has validations, not loaded yet: the API server
+// enforces nothing for the others either.
+func listVAPBindings(ctx context.Context, reader client.Reader, logger *slog.Logger) ([]*kubeBinding, error) {
+	var vaps admissionregistrationv1.ValidatingAdmissionPolicyList
+	var bindings admissionregistrationv1.ValidatingAdmissionPolicyBindingList
+	if ok, err := listPolicyKind(ctx, reader, logger, kubepolicy.KindVAP, &vaps, &bindings); !ok {
+		return nil, err
+	}
+	byName := map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}
+	for i := range vaps.Items {
+		byName[vaps.Items[i].Name] = &vaps.Items[i]
+	}
+	var out []*kubeBinding
+	for i := range bindings.Items {
+		b := &bindings.Items[i]
+		if vap := byName[b.Spec.PolicyName]; vap != nil && len(vap.Spec.Validations) > 0 {
+			out = append(out, newKubeBinding(vap, b))
+		}
+	}
+	return out, nil
+}
+
+// listMAPBindings returns the MutatingAdmissionPolicyBindings whose MAP
+// exists and has mutations, not loaded yet.
+func listMAPBindings(ctx context.Context, reader client.Reader, logger *slog.Logger) ([]*kubeBinding, error) {
+	var maps admissionregistrationv1.MutatingAdmissionPolicyList
+	var bindings admissionregistrationv1.MutatingAdmissionPolicyBindingList
+	if ok, err := listPolicyKind(ctx, reader, logger, kubepolicy.KindMAP, &maps, &bindings); !ok {
+		return nil, err
+	}
+	byName := map[string]*admissionregistrationv1.MutatingAdmissionPolicy{}
+	for i := range maps.Items {
+		byName[maps.Items[i].Name] = &maps.Items[i]
+	}
+	var out []*kubeBinding
+	for i := range bindings.Items {
+		b := &bindings.Items[i]
+		if m := byName[b.Spec.PolicyName]; m != nil && len(m.Spec.Mutations) > 0 {
+			out = append(out, newMAPBinding(m, b))
+		}
+	}
+	return out, nil
+}
+
+// listPolicyKind lists the policies of kind and their bindings. It
+// returns false, with no error, when the API server does not serve them
+// (VAPs before Kubernetes 1.30, MAPs before 1.36), with a debug log, or
+// when the scanner may not list them (a ClusterRole of an older chart),
+// with a warning: the run still audits the rest.
+func listPolicyKind(ctx context.Context, reader client.Reader, logger *slog.Logger, kind string, policies, bindings client.ObjectList) (bool, error) {
+	for _, list := range []client.ObjectList{policies, bindings} {
+		err := reader.List(ctx, list)
+		switch {
+		case err == nil:
+		case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
+			logger.DebugContext(ctx, "Kubernetes policies not audited: the API server does not serve them", keyPolicyKind, kind, keyError, err)
+			return false, nil
+		case apierrors.IsForbidden(err):
+			logger.WarnContext(ctx, "Kubernetes policies not audited: the scanner may not list them", keyPolicyKind, kind, keyError, err)
+			return false, nil
+		default:
+			return false, fmt.Errorf("listing the %ss and their bindings: %w", kind, err)
+		}
+	}
+	return true, nil
+}
+
 // close releases every plugin of the catalog.
 func (c *kubeCatalog) close() {
 	if c == nil {
@@ -173,32 +234,79 @@ func (c *kubeCatalog) close() {
 	}
 }
 
+// newKubeBinding returns binding b of vap, not loaded yet.
 func newKubeBinding(vap *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) *kubeBinding {
-	kb := &kubeBinding{name: vapResultPrefix + vap.Name + "/" + b.Name, vap: vap, binding: b}
+	kb := &kubeBinding{kind: kubepolicy.KindVAP, name: vapResultPrefix + vap.Name + "/" + b.Name, vap: vap, binding: b}
+	kb.setMeta(propertyValidating)
+	actions := make([]string, 0, len(b.Spec.ValidationActions))
+	for _, a := range b.Spec.ValidationActions {
+		actions = append(actions, string(a))
+	}
+	kb.meta.properties[propertyValidationActions] = strings.Join(actions, ",")
+	return kb
+}
+
+// newMAPBinding returns binding b of MutatingAdmissionPolicy m, not
+// loaded yet.
+func newMAPBinding(m *admissionregistrationv1.MutatingAdmissionPolicy, b *admissionregistrationv1.MutatingAdmissionPolicyBinding) *kubeBinding {
+	vap, vb := probeVAP(m, b)
+	kb := &kubeBinding{kind: kubepolicy.KindMAP, name: mapResultPrefix + m.Name + "/" + b.Name, vap: vap, binding: vb, mapPolicy: m, mapBinding: b}
+	kb.setMeta(propertyMutating)
+	return kb
+}
+
+// probeVAP returns the ValidatingAdmissionPolicy and binding that match
+// exactly the objects binding b of m applies to: m's metadata,
+// matchConstraints, matchConditions, variables (which matchConditions may
+// read), failurePolicy (for a matchCondition's error) and paramKind, and
+// b's paramRef and matchResources, without validations. A MAP's plugin
+// allows alike an object it does not apply to and one it leaves
+// unchanged; the probe tells them apart.
+func probeVAP(m *admissionregistrationv1.MutatingAdmissionPolicy,
+	b *admissionregistrationv1.MutatingAdmissionPolicyBinding) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: *m.ObjectMeta.DeepCopy(),
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			ParamKind:        m.Spec.ParamKind.DeepCopy(),
+			MatchConstraints: m.Spec.MatchConstraints.DeepCopy(),
+			MatchConditions:  slices.Clone(m.Spec.MatchConditions),
+			Variables:        slices.Clone(m.Spec.Variables),
+			FailurePolicy:    m.Spec.FailurePolicy,
+		},
+	}
+	vb := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: *b.ObjectMeta.DeepCopy(),
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:     m.Name,
+			ParamRef:       b.Spec.ParamRef.DeepCopy(),
+			MatchResources: b.Spec.MatchResources.DeepCopy(),
+		},
+	}
+	return vap, vb
+}
+
+// setMeta sets the rules and result metadata read from kb.vap and
+// kb.binding, with the property validating or mutating.
+func (kb *kubeBinding) setMeta(validatingOrMutating string) {
+	vap, b := kb.vap, kb.binding
 	if mc := vap.Spec.MatchConstraints; mc != nil {
 		kb.rules = ruleOperations(mc.ResourceRules)
 	}
 	if mr := b.Spec.MatchResources; mr != nil && len(mr.ResourceRules) > 0 {
 		kb.bindingRules = mr.ResourceRules
 	}
-	actions := make([]string, 0, len(b.Spec.ValidationActions))
-	for _, a := range b.Spec.ValidationActions {
-		actions = append(actions, string(a))
-	}
 	kb.meta = resultMeta{properties: map[string]string{
-		propertyValidating:        propertyTrue,
-		propertyPolicyKind:        kubepolicy.KindVAP,
-		propertyPolicyName:        vap.Name,
-		propertyPolicyUID:         string(vap.UID),
-		propertyPolicyRV:          vap.ResourceVersion,
-		propertyBindingName:       b.Name,
-		propertyBindingUID:        string(b.UID),
-		propertyBindingRV:         b.ResourceVersion,
-		propertyValidationActions: strings.Join(actions, ","),
+		validatingOrMutating: propertyTrue,
+		propertyPolicyKind:   kb.kind,
+		propertyPolicyName:   vap.Name,
+		propertyPolicyUID:    string(vap.UID),
+		propertyPolicyRV:     vap.ResourceVersion,
+		propertyBindingName:  b.Name,
+		propertyBindingUID:   string(b.UID),
+		propertyBindingRV:    b.ResourceVersion,
 	}}
 	kb.meta.category = vap.Annotations[policiesv1.AnnotationCategory]
 	kb.meta.severity = reportSeverity(vap.Annotations[policiesv1.AnnotationSeverity])
-	return kb
 }
 
 // ruleOperations turns a VAP's rules into the rules auditableRules reads:
@@ -284,8 +392,8 @@ func (src kubeSource) params(ctx context.Context, vap *admissionregistrationv1.V
 	}
 }
 
-// load loads the binding's probe and each of its validations into the
-// plugin, with params.
+// load loads the binding's probe and each of its validations, or its
+// MAP, into the plugin, with params.
 func (kb *kubeBinding) load(params []*unstructured.Unstructured, ns kubepolicy.NamespaceFunc) error {
 	binding := kb.binding.DeepCopy()
 	binding.TypeMeta = metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"}
@@ -320,8 +428,17 @@ func (kb *kubeBinding) load(params []*unstructured.Unstructured, ns kubepolicy.N
 		return kubepolicy.Load(settings, kubepolicy.Options{Namespace: ns})
 	}
 	var err error
+	// A MAP is loaded before its probe, so that a MAP the API server
+	// would refuse is errored with the API server's message about it,
+	// not about the probe.
+	if kb.mapPolicy != nil {
+		if kb.mutation, err = kb.loadMutation(rawParams, ns); err != nil {
+			return fmt.Errorf("loading %s %q with binding %q: %w", kb.kind, kb.vap.Name, kb.binding.Name, err)
+		}
+	}
 	if kb.probe, err = loadOne(admissionregistrationv1.Validation{Expression: "false", Message: probeMessage}); err != nil {
-		return fmt.Errorf("loading ValidatingAdmissionPolicy %q with binding %q: %w", kb.vap.Name, kb.binding.Name, err)
+		kb.close()
+		return fmt.Errorf("loading %s %q with binding %q: %w", kb.kind, kb.vap.Name, kb.binding.Name, err)
 	}
 	for i, v := range kb.vap.Spec.Validations {
 		p, err := loadOne(v)
@@ -334,9 +451,27 @@ func (kb *kubeBinding) load(params []*unstructured.Unstructured, ns kubepolicy.N
 	return nil
 }
 
+// loadMutation loads the MAP with its binding alone, with params.
+func (kb *kubeBinding) loadMutation(rawParams []json.RawMessage, ns kubepolicy.NamespaceFunc) (*kubepolicy.Policy, error) {
+	m := kb.mapPolicy.DeepCopy()
+	m.TypeMeta = metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: kubepolicy.KindMAP}
+	m.ManagedFields = nil
+	b := kb.mapBinding.DeepCopy()
+	b.TypeMeta = metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "MutatingAdmissionPolicyBinding"}
+	b.ManagedFields = nil
+	settings, err := json.Marshal(map[string]any{"policy": m, "bindings": []any{b}, "params": rawParams})
+	if err != nil {
+		return nil, fmt.Errorf("encoding the settings of %s: %w", kb.name, err)
+	}
+	return kubepolicy.Load(settings, kubepolicy.Options{Namespace: ns})
+}
+
 func (kb *kubeBinding) close() {
 	if kb.probe != nil {
 		kb.probe.Close()
+	}
+	if kb.mutation != nil {
+		kb.mutation.Close()
 	}
 	for _, p := range kb.validations {
 		p.Close()
@@ -344,9 +479,20 @@ func (kb *kubeBinding) close() {
 }
 
 // auditPolicies returns one auditPolicy per validation of the binding,
-// for a scope whose namespace, if any, has resourceVersion nsVersion, with
-// objSel, the binding's and VAP's objectSelectors together.
+// or one for a MAP binding, for a scope whose namespace, if any, has
+// resourceVersion nsVersion, with objSel, the binding's and policy's
+// objectSelectors together.
 func (kb *kubeBinding) auditPolicies(objSel labels.Selector, nsVersion string) []*auditPolicy {
+	// inputs are what the verdicts are computed from, for the digest:
+	// the policy, the binding, the namespace (namespaceObject), the params.
+	inputs := func(rank string) []string {
+		in := []string{kb.kind, string(kb.vap.UID), kb.vap.ResourceVersion, string(kb.binding.UID), kb.binding.ResourceVersion,
+			rank, "namespace", nsVersion, "params", strconv.Itoa(len(kb.paramVersions))}
+		return append(in, kb.paramVersions...)
+	}
+	if kb.mutation != nil {
+		return []*auditPolicy{{name: kb.name, selector: objSel, meta: kb.meta, inputs: inputs("mutation"), local: &mapMutation{binding: kb}}}
+	}
 	out := make([]*auditPolicy, 0, len(kb.validations))
 	for i, p := range kb.validations {
 		v := kb.vap.Spec.Validations[i]
@@ -355,15 +501,25 @@ func (kb *kubeBinding) auditPolicies(objSel labels.Selector, nsVersion string) [
 		for k, val := range kb.meta.properties {
 			m.properties[k] = val
 		}
-		inputs := []string{kubepolicy.KindVAP, string(kb.vap.UID), kb.vap.ResourceVersion, string(kb.binding.UID), kb.binding.ResourceVersion,
-			strconv.Itoa(i), "namespace", nsVersion, "params", strconv.Itoa(len(kb.paramVersions))}
-		inputs = append(inputs, kb.paramVersions...)
 		out = append(out, &auditPolicy{
-			name: kb.name, rank: i, selector: objSel, meta: m, inputs: inputs,
+			name: kb.name, rank: i, selector: objSel, meta: m, inputs: inputs(strconv.Itoa(i)),
 			local: &vapValidation{binding: kb, policy: p},
 		})
 	}
 	return out
+}
+
+// applies reports whether the binding applies to req's object, from its
+// probe: it does not when the probe allows the object (the binding's
+// match rules, selectors, matchConditions, or a missing param with
+// parameterNotFoundAction Allow leave it out). A probe that cannot
+// evaluate the object gives an error verdict to report.
+func (kb *kubeBinding) applies(ctx context.Context, req *admissionv1.AdmissionRequest) (verdict, bool) {
+	probe, err := kb.probe.Review(ctx, req)
+	if err != nil {
+		return verdict{errored: true, message: err.Error()}, true
+	}
+	return verdict{}, !probe.Allowed
 }
 
 // vapValidation evaluates one validation of a binding.
@@ -373,16 +529,10 @@ type vapValidation struct {
 }
 
 // evaluate answers whether the validation denies req, or, when the
-// binding's probe allows it (the binding does not apply to the object:
-// its match rules, selectors, matchConditions or a missing param with
-// parameterNotFoundAction Allow), that there is nothing to report.
+// binding does not apply to the object, that there is nothing to report.
 func (v *vapValidation) evaluate(ctx context.Context, req *admissionv1.AdmissionRequest) (verdict, bool) {
-	probe, err := v.binding.probe.Review(ctx, req)
-	if err != nil {
-		return verdict{errored: true, message: err.Error()}, true
-	}
-	if probe.Allowed {
-		return verdict{}, false
+	if vd, ok := v.binding.applies(ctx, req); !ok || vd.errored {
+		return vd, ok
 	}
 	resp, err := v.policy.Review(ctx, req)
 	if err != nil {
@@ -393,6 +543,38 @@ func (v *vapValidation) evaluate(ctx context.Context, req *admissionv1.Admission
 		vd.message = resp.Result.Message
 	}
 	return vd, true
+}
+
+// mapMutation evaluates a MutatingAdmissionPolicy binding.
+type mapMutation struct {
+	binding *kubeBinding
+}
+
+// evaluate answers whether the MAP would change req's object (a warn
+// verdict naming the JSONPatch), or, when the binding does not apply to
+// the object, that there is nothing to report. A MAP that rejects the
+// request (a mutation failing under failurePolicy Fail) could not mutate
+// it: an error verdict.
+func (m *mapMutation) evaluate(ctx context.Context, req *admissionv1.AdmissionRequest) (verdict, bool) {
+	kb := m.binding
+	if vd, ok := kb.applies(ctx, req); !ok || vd.errored {
+		return vd, ok
+	}
+	resp, err := kb.mutation.Review(ctx, req)
+	switch {
+	case err != nil:
+		return verdict{errored: true, message: err.Error()}, true
+	case !resp.Allowed:
+		vd := verdict{errored: true}
+		if resp.Result != nil {
+			vd.message = resp.Result.Message
+		}
+		return vd, true
+	case len(resp.Patch) > 0:
+		return verdict{allowed: true, warned: true, message: fmt.Sprintf("%s '%s' with binding '%s' would apply the JSONPatch %s",
+			kubepolicy.KindMAP, kb.mapPolicy.Name, kb.mapBinding.Name, resp.Patch)}, true
+	}
+	return verdict{allowed: true}, true
 }
 
 // selectKubePolicies adds to sel the validations of the bindings that
@@ -411,7 +593,7 @@ func (c *kubeCatalog) selectKubePolicies(ctx context.Context, note noteFunc, sel
 		name := kb.name
 		if kb.err != nil {
 			errored[name] = true
-			note(ctx, slog.LevelError, "policy errored: the ValidatingAdmissionPolicy could not be loaded", name, kb.err)
+			note(ctx, slog.LevelError, "policy errored: the Kubernetes policy could not be loaded", name, kb.err)
 			continue
 		}
 		rules := auditableRules(kb.rules)

@@ -402,3 +402,254 @@ func TestLoadKubeCatalogListErrors(t *testing.T) {
 		})
 	}
 }
+
+// mapPolicy is a MutatingAdmissionPolicy on CREATE of v1 configmaps that
+// gives an owner to a ConfigMap without data, with the options' changes.
+func mapPolicy(name string, opts ...func(*admissionregistrationv1.MutatingAdmissionPolicy)) *admissionregistrationv1.MutatingAdmissionPolicy {
+	p := &admissionregistrationv1.MutatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: "7"},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{
+				{RuleWithOperations: rule(createOnly, "", "v1", "configmaps")},
+			}},
+			Mutations: []admissionregistrationv1.Mutation{{
+				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
+				JSONPatch: &admissionregistrationv1.JSONPatch{
+					Expression: `has(object.data) ? [] : [JSONPatch{op: "add", path: "/data", value: {"owner": "nobody"}}]`,
+				},
+			}},
+			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// mapBinding binds MAP policy with the options' changes.
+func mapBinding(name, policy string, opts ...func(*admissionregistrationv1.MutatingAdmissionPolicyBinding)) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
+	b := &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: "8"},
+		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: policy},
+	}
+	for _, o := range opts {
+		o(b)
+	}
+	return b
+}
+
+// loadedMAPBinding loads b of p with params, namespaces answered from nss.
+func loadedMAPBinding(t *testing.T, p *admissionregistrationv1.MutatingAdmissionPolicy, b *admissionregistrationv1.MutatingAdmissionPolicyBinding,
+	params []*unstructured.Unstructured, nss ...*corev1.Namespace) *kubeBinding {
+	t.Helper()
+	kb := newMAPBinding(p, b)
+	err := kb.load(params, func(_ context.Context, name string) (*corev1.Namespace, error) {
+		for _, ns := range nss {
+			if ns.Name == name {
+				return ns, nil
+			}
+		}
+		return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), name)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kb.close)
+	return kb
+}
+
+// TestMAPEvaluate checks a MAP binding's verdict: a pass for an object it
+// leaves unchanged, a warn naming the JSONPatch for one it would change,
+// an error for one it cannot mutate, and nothing for an object it does not
+// apply to.
+func TestMAPEvaluate(t *testing.T) {
+	exempting := func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+		p.Spec.MatchConditions = []admissionregistrationv1.MatchCondition{
+			{Name: "not-exempt", Expression: "!has(object.metadata.labels) || !('exempt' in object.metadata.labels)"}}
+	}
+	prodOnly := func(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+		b.Spec.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}
+	}
+	failing := func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+		p.Spec.Mutations[0].JSONPatch.Expression = `[JSONPatch{op: "add", path: "/data/" + string(1 / 0), value: "x"}]`
+	}
+	nss := []*corev1.Namespace{namespace("shop", map[string]string{"env": "prod"}), namespace("lab", map[string]string{"env": "dev"})}
+	tests := []struct {
+		name    string
+		policy  []func(*admissionregistrationv1.MutatingAdmissionPolicy)
+		binding []func(*admissionregistrationv1.MutatingAdmissionPolicyBinding)
+		obj     *unstructured.Unstructured
+		want    []verdict
+	}{
+		{name: "unchanged", obj: configMap("shop", "owned", nil, map[string]any{"owner": "me"}), want: []verdict{{allowed: true}}},
+		{name: "would mutate", obj: configMap("shop", "bare", nil, nil), want: []verdict{{allowed: true, warned: true,
+			message: `MutatingAdmissionPolicy 'defaults' with binding 'b' would apply the JSONPatch [{"op":"add","path":"/data","value":{"owner":"nobody"}}]`}}},
+		{name: "excluded by matchConditions", policy: []func(*admissionregistrationv1.MutatingAdmissionPolicy){exempting},
+			obj: configMap("shop", "bare", map[string]string{"exempt": "yes"}, nil)},
+		{name: "namespaceSelector selects", binding: []func(*admissionregistrationv1.MutatingAdmissionPolicyBinding){prodOnly},
+			obj: configMap("shop", "owned", nil, map[string]any{"owner": "me"}), want: []verdict{{allowed: true}}},
+		{name: "namespaceSelector does not select", binding: []func(*admissionregistrationv1.MutatingAdmissionPolicyBinding){prodOnly},
+			obj: configMap("lab", "bare", nil, nil)},
+		{name: "mutation error", policy: []func(*admissionregistrationv1.MutatingAdmissionPolicy){failing}, obj: configMap("shop", "bare", nil, nil),
+			want: []verdict{{errored: true, message: "policy 'defaults' with binding 'b' denied request: " +
+				`expression '[JSONPatch{op: "add", path: "/data/" + string(1 / 0), value: "x"}]' resulted in error: division by zero`}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kb := loadedMAPBinding(t, mapPolicy("defaults", tt.policy...), mapBinding("b", "defaults", tt.binding...), nil, nss...)
+			if got := verdicts(t, kb, tt.obj); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("verdicts\n%+v\nwant\n%+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestMAPParams checks that a MAP binding's params are those given to
+// load, and that a missing one with parameterNotFoundAction Allow leaves
+// the object out.
+func TestMAPParams(t *testing.T) {
+	withParams := func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+		p.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
+		p.Spec.Mutations[0].JSONPatch.Expression = `has(object.data) && object.data.owner == params.data.owner ? [] :
+			[JSONPatch{op: "add", path: "/data", value: {"owner": params.data.owner}}]`
+	}
+	ref := func(action admissionregistrationv1.ParameterNotFoundActionType) func(*admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+		return func(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+			b.Spec.ParamRef = &admissionregistrationv1.ParamRef{Name: "defaults", Namespace: "policies", ParameterNotFoundAction: &action}
+		}
+	}
+	param := configMap("policies", "defaults", nil, map[string]any{"owner": "ops"})
+	tests := []struct {
+		name   string
+		action admissionregistrationv1.ParameterNotFoundActionType
+		params []*unstructured.Unstructured
+		obj    *unstructured.Unstructured
+		want   []verdict
+	}{
+		{name: "param's owner already set", action: admissionregistrationv1.DenyAction, params: []*unstructured.Unstructured{param},
+			obj: configMap("shop", "cm", nil, map[string]any{"owner": "ops"}), want: []verdict{{allowed: true}}},
+		{name: "param's owner would be set", action: admissionregistrationv1.DenyAction, params: []*unstructured.Unstructured{param},
+			obj: configMap("shop", "cm", nil, map[string]any{"owner": "me"}), want: []verdict{{allowed: true, warned: true,
+				message: `MutatingAdmissionPolicy 'defaults' with binding 'b' would apply the JSONPatch [{"op":"replace","path":"/data/owner","value":"ops"}]`}}},
+		{name: "missing param, Allow: nothing to report", action: admissionregistrationv1.AllowAction,
+			obj: configMap("shop", "cm", nil, map[string]any{"owner": "me"})},
+		{name: "missing param, Deny: an error", action: admissionregistrationv1.DenyAction,
+			obj: configMap("shop", "cm", nil, map[string]any{"owner": "me"}), want: []verdict{{errored: true,
+				message: "policy 'defaults' with binding 'b' denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kb := loadedMAPBinding(t, mapPolicy("defaults", withParams), mapBinding("b", "defaults", ref(tt.action)), tt.params, namespace("shop", nil))
+			if got := verdicts(t, kb, tt.obj); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("verdicts\n%+v\nwant\n%+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestMAPResults checks a MAP binding's result: named map/<policy>/<binding>,
+// a warn counted in the summary, with the properties of
+// docs/audit-scanner.md, and that a selection lists its resources.
+func TestMAPResults(t *testing.T) {
+	p := mapPolicy("defaults", func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+		p.Annotations = map[string]string{policiesv1.AnnotationSeverity: "low", policiesv1.AnnotationCategory: "Defaults"}
+	})
+	kb := loadedMAPBinding(t, p, mapBinding("b", "defaults"), nil)
+	aps := kb.auditPolicies(nil, "")
+	if len(aps) != 1 {
+		t.Fatalf("%d audit policies, want 1", len(aps))
+	}
+	r := newReport(pod("team-a", "web"), "run", 0, 0, []evaluation{{policy: aps[0], verdict: verdict{allowed: true, warned: true, message: "patch"}}}, 5)
+	want := []result{{policy: "map/defaults/b", category: "Defaults", severity: "low", result: "warn", message: "patch", timestamp: 5,
+		properties: map[string]string{
+			"mutating": "true", "policy-kind": "MutatingAdmissionPolicy", "policy-name": "defaults", "policy-uid": "uid-defaults",
+			"policy-resource-version": "7", "binding-name": "b", "binding-uid": "uid-b", "binding-resource-version": "8",
+		}}}
+	if !reflect.DeepEqual(r.results, want) {
+		t.Errorf("results\n%+v\nwant\n%+v", r.results, want)
+	}
+	if r.summary != (summary{warn: 1}) {
+		t.Errorf("summary %+v", r.summary)
+	}
+	sel := selectScope(t.Context(), ignoreNotes, nil, nil, true, resolver, &kubeCatalog{bindings: []*kubeBinding{kb}}, namespace("shop", nil))
+	if !reflect.DeepEqual(sel.gvrs, []schema.GroupVersionResource{configmapsGVR}) || len(sel.byGVR[configmapsGVR]) != 1 || sel.audited != 1 {
+		t.Errorf("resources %v, audited %d", sel.gvrs, sel.audited)
+	}
+}
+
+// TestMAPInputsDigest checks that the MAP, its binding, a param and the
+// namespace change a MAP binding's inputs digest, and that it differs
+// from a VAP's of the same name.
+func TestMAPInputsDigest(t *testing.T) {
+	withParams := func(p *admissionregistrationv1.MutatingAdmissionPolicy) {
+		p.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
+	}
+	ref := func(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+		action := admissionregistrationv1.DenyAction
+		b.Spec.ParamRef = &admissionregistrationv1.ParamRef{Name: "limits", Namespace: "policies", ParameterNotFoundAction: &action}
+	}
+	limits := configMap("policies", "limits", nil, map[string]any{"max": "2"})
+	changed := limits.DeepCopy()
+	changed.SetResourceVersion("43")
+	digestOf := func(p *admissionregistrationv1.MutatingAdmissionPolicy, b *admissionregistrationv1.MutatingAdmissionPolicyBinding,
+		param *unstructured.Unstructured, nsVersion string) string {
+		kb := loadedMAPBinding(t, p, b, []*unstructured.Unstructured{param})
+		return inputsDigest(pod("team-a", "web"), kb.auditPolicies(nil, nsVersion), 0, 0, digest{})
+	}
+	base := digestOf(mapPolicy("owner", withParams), mapBinding("b", "owner", ref), limits, "3")
+	if again := digestOf(mapPolicy("owner", withParams), mapBinding("b", "owner", ref), limits, "3"); again != base {
+		t.Fatalf("the same inputs gave two digests")
+	}
+	vapDigest := inputsDigest(pod("team-a", "web"), loadedBinding(t, vap("owner"), vapBinding("b", "owner", deny), nil).auditPolicies(nil, "3"), 0, 0, digest{})
+	for name, d := range map[string]string{
+		"the policy's resourceVersion": digestOf(mapPolicy("owner", withParams, func(p *admissionregistrationv1.MutatingAdmissionPolicy) { p.ResourceVersion = "9" }),
+			mapBinding("b", "owner", ref), limits, "3"),
+		"the binding's resourceVersion": digestOf(mapPolicy("owner", withParams), mapBinding("b", "owner", ref,
+			func(b *admissionregistrationv1.MutatingAdmissionPolicyBinding) { b.ResourceVersion = "9" }), limits, "3"),
+		"a param's resourceVersion": digestOf(mapPolicy("owner", withParams), mapBinding("b", "owner", ref), changed, "3"),
+		"the namespace":             digestOf(mapPolicy("owner", withParams), mapBinding("b", "owner", ref), limits, "4"),
+		"a VAP of the same name":    vapDigest,
+	} {
+		if d == base {
+			t.Errorf("%s did not change the digest", name)
+		}
+	}
+}
+
+// mapErrReader fails the List of MutatingAdmissionPolicies with err and
+// lists no VAPs.
+type mapErrReader struct {
+	client.Reader
+	err error
+}
+
+func (r mapErrReader) List(_ context.Context, list client.ObjectList, _ ...client.ListOption) error {
+	if _, ok := list.(*admissionregistrationv1.MutatingAdmissionPolicyList); ok {
+		return r.err
+	}
+	return nil
+}
+
+// TestLoadKubeCatalogMAPListErrors checks that MAPs the API server does
+// not serve, or that the scanner may not list, leave the VAPs audited,
+// and that any other error fails the run.
+func TestLoadKubeCatalogMAPListErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{name: "not served", err: &meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: "admissionregistration.k8s.io", Kind: "MutatingAdmissionPolicy"}}},
+		{name: "forbidden", err: apierrors.NewForbidden(schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "mutatingadmissionpolicies"}, "", errors.New("no rule"))},
+		{name: "other", err: apierrors.NewServiceUnavailable("etcd is down"), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := loadKubeCatalog(t.Context(), kubeSource{reader: mapErrReader{err: tt.err}}, slog.New(slog.DiscardHandler))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error %v, want one: %v", err, tt.wantErr)
+			}
+		})
+	}
+}

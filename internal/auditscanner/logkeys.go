@@ -12,6 +12,7 @@ const (
 
 	keyRunUID         = "run_uid"
 	keyReportKind     = "report_kind"
+	keyPolicyKind     = "policy_kind"
 	keyPolicyServer   = "policy_server"
 	keyURL            = "url"
 	keyDone           = "namespaces_done"

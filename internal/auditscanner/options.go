@@ -92,7 +92,8 @@ type Options struct {
 	KubeAPIQPS   float32
 	KubeAPIBurst int
 	// DisableKubernetesPolicies leaves the cluster's
-	// ValidatingAdmissionPolicies and their bindings out of the audit.
+	// ValidatingAdmissionPolicies, MutatingAdmissionPolicies and their
+	// bindings out of the audit.
 	DisableKubernetesPolicies bool
 }
 
@@ -131,7 +132,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.DisableStore, "disable-store", o.DisableStore, "Do not write reports to the cluster")
 	fs.BoolVar(&o.DisableResultReuse, "disable-result-reuse", o.DisableResultReuse, "Evaluate every object again, also those whose report was computed from the same version of the object and of its policies")
 	fs.BoolVar(&o.KeepUnchangedReports, "keep-unchanged-reports", o.KeepUnchangedReports, "Leave a report whose results did not change as it is, run-uid label included, and delete the reports of resources no longer audited by name: no write for an unchanged report. --keep-unchanged-reports=false relabels every report with the run's uid and deletes the reports without it, as Kubewarden does")
-	fs.BoolVar(&o.DisableKubernetesPolicies, "disable-kubernetes-policies", o.DisableKubernetesPolicies, "Do not audit the cluster's ValidatingAdmissionPolicies and their bindings")
+	fs.BoolVar(&o.DisableKubernetesPolicies, "disable-kubernetes-policies", o.DisableKubernetesPolicies, "Do not audit the cluster's ValidatingAdmissionPolicies, MutatingAdmissionPolicies and their bindings")
 	fs.IntVar(&o.ParallelNamespaces, "parallel-namespaces", o.ParallelNamespaces, "Namespaces scanned at once")
 	fs.IntVar(&o.ParallelResources, "parallel-resources", o.ParallelResources, "Resources of one namespace (or of the cluster-wide scan) audited at once")
 	fs.IntVar(&o.ParallelPolicies, "parallel-policies", o.ParallelPolicies, "Policies evaluated at once for one resource")

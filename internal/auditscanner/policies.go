@@ -86,17 +86,18 @@ type policyResolver interface {
 
 // auditPolicy is what evaluates objects for one result of a report: a
 // Warden policy, through its policy server's /audit, or one validation of
-// a ValidatingAdmissionPolicy binding, in process.
+// a ValidatingAdmissionPolicy binding or one MutatingAdmissionPolicy
+// binding, in process.
 type auditPolicy struct {
 	// name is the results' policy: a Warden policy's unique name, its id
-	// on the policy server, or vap/<policy>/<binding>.
+	// on the policy server, vap/<policy>/<binding> or map/<policy>/<binding>.
 	name string
 	// rank orders the results of the same name: a validation's index.
 	rank int
 	// url is where a Warden policy's /audit requests go.
 	url string
-	// local evaluates a ValidatingAdmissionPolicy's validation; nil for a
-	// Warden policy.
+	// local evaluates a ValidatingAdmissionPolicy's validation or a
+	// MutatingAdmissionPolicy binding; nil for a Warden policy.
 	local localEvaluator
 	// selector is its objectSelector; nil selects every object.
 	selector labels.Selector
@@ -209,8 +210,8 @@ func selectPolicies(ctx context.Context, note noteFunc, pols []policiesv1.Policy
 	return selectScope(ctx, note, pols, invalid, namespaced, r, nil, nil)
 }
 
-// selectScope is selectPolicies with the ValidatingAdmissionPolicy
-// bindings of kube (nil: none), for namespace ns (nil: the cluster-wide
+// selectScope is selectPolicies with the ValidatingAdmissionPolicy and
+// MutatingAdmissionPolicy bindings of kube (nil: none), for namespace ns (nil: the cluster-wide
 // scope; namespaced is then false).
 func selectScope(ctx context.Context, note noteFunc, pols []policiesv1.Policy, invalid []string, namespaced bool, r policyResolver,
 	kube *kubeCatalog, ns *corev1.Namespace) *policySelection {

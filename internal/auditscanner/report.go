@@ -47,6 +47,7 @@ const (
 	severityInfo            = "info"
 	resultPass              = "pass"
 	resultFail              = "fail"
+	resultWarn              = "warn"
 	resultError             = "error"
 
 	reportKindReport              = "Report"
@@ -114,6 +115,8 @@ func newReport(obj *unstructured.Unstructured, runUID string, skipped, errored i
 			r.summary.pass++
 		case resultFail:
 			r.summary.fail++
+		case resultWarn:
+			r.summary.warn++
 		case resultError:
 			r.summary.errors++
 		}
@@ -133,6 +136,8 @@ func newResult(e evaluation, now int64) result {
 	switch {
 	case e.errored:
 		res.result = resultError
+	case e.warned:
+		res.result = resultWarn
 	case e.allowed:
 		res.result = resultPass
 	default:

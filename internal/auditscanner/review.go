@@ -196,6 +196,9 @@ type verdict struct {
 	message string
 	// errored: the policy could not evaluate the object (an error result).
 	errored bool
+	// warned: the policy would change the object (a
+	// MutatingAdmissionPolicy's warn result); message says how.
+	warned bool
 	// unavailable: the policy server gave no answer (unreachable, an HTTP
 	// error, an answer that is not a review); the scope is then incomplete.
 	unavailable bool

@@ -145,7 +145,7 @@ type run struct {
 	runUID  string
 	store   *store
 	catalog *catalog
-	// kubePolicies are the ValidatingAdmissionPolicy bindings; nil with
+	// kubePolicies are the VAP and MAP bindings; nil with
 	// --disable-kubernetes-policies.
 	kubePolicies *kubeCatalog
 	// namespaceCache answers kube's reads of namespaces.
@@ -490,7 +490,8 @@ func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *polic
 
 // evaluate evaluates it.obj with matching, --parallel-policies at a time,
 // and returns the verdicts to report: a ValidatingAdmissionPolicy's
-// validation that does not apply to the object has none.
+// validation or MutatingAdmissionPolicy binding that does not apply to the
+// object has none.
 func (r *run) evaluate(ctx context.Context, it item, matching []*auditPolicy) ([]evaluation, error) {
 	if len(matching) == 0 {
 		return nil, nil
