@@ -21,8 +21,9 @@ import (
 // installed in a real API server: one result per binding and validation,
 // the API server's own messages (compared with a server-side dry run of
 // the same object), bindings with namespace and object selectors,
-// matchConditions, params, a binding that only audits, a skipped policy;
-// then a second run that reuses every result, a change of a param that
+// matchConditions, params, a binding that only audits, a skipped policy,
+// and a MutatingAdmissionPolicy audited as "would mutate" (a warn naming
+// the JSONPatch the API server would apply); then a second run that reuses every result, a change of a param that
 // evaluates the objects again, and --disable-kubernetes-policies.
 func TestAuditVAP(t *testing.T) {
 	cl := startAuditCluster(t)
@@ -51,6 +52,7 @@ func TestAuditVAP(t *testing.T) {
 		{"team-a", "all-wrong-x", nil, map[string]string{"a": "1", "b": "2", "c": "3"}},
 		{"team-b", "no-owner", nil, map[string]string{"a": "1"}},
 		{"team-b", "audited", map[string]string{"audit": "yes"}, nil},
+		{"team-b", "labelled", map[string]string{"team": "x"}, nil},
 	}
 	newCM := func(s cmSpec) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: s.name, Labels: s.labels}, Data: s.data}
@@ -126,7 +128,28 @@ func TestAuditVAP(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "wildcard"},
 		Spec:       admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "wildcard", ValidationActions: deny},
 	}
-	for _, o := range []client.Object{requireOwner, maxKeys, wildcard, ownerProd, ownerAudit, maxKeysBinding, wildcardBinding} {
+	// A MAP that gives a team label to the ConfigMaps without one, but
+	// the exempt ones: it changes nothing the VAPs read, so the dry runs
+	// below still compare their messages.
+	teamLabel := &admissionregistrationv1.MutatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "team-label"},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{configmaps}},
+			MatchConditions:  requireOwner.Spec.MatchConditions,
+			Mutations: []admissionregistrationv1.Mutation{{
+				PatchType: admissionregistrationv1.PatchTypeJSONPatch,
+				JSONPatch: &admissionregistrationv1.JSONPatch{Expression: `has(object.metadata.labels) && 'team' in object.metadata.labels ? [] :
+					has(object.metadata.labels) ? [JSONPatch{op: "add", path: "/metadata/labels/team", value: "unknown"}] :
+					[JSONPatch{op: "add", path: "/metadata/labels", value: {"team": "unknown"}}]`},
+			}},
+			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		},
+	}
+	teamLabelBinding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "team-label"},
+		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: "team-label"},
+	}
+	for _, o := range []client.Object{requireOwner, maxKeys, wildcard, ownerProd, ownerAudit, maxKeysBinding, wildcardBinding, teamLabel, teamLabelBinding} {
 		mustCreate(t, c, o)
 	}
 
@@ -148,9 +171,14 @@ func TestAuditVAP(t *testing.T) {
 		}
 		return dry.Create(t.Context(), newCM(s), client.DryRunAll)
 	}
-	// Wait until the API server enforces every binding, param included.
+	// Wait until the API server enforces every binding, param included,
+	// and the MAP's.
+	labelled := func() bool {
+		fresh := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: "fresh"}}
+		return dry.Create(t.Context(), fresh, client.DryRunAll) == nil && fresh.Labels["team"] == "unknown"
+	}
 	eventually(t, "the API server enforces the policies", func() bool {
-		return dryRun("team-a/no-owner") != nil && dryRun("team-a/big") != nil
+		return dryRun("team-a/no-owner") != nil && dryRun("team-a/big") != nil && labelled()
 	})
 
 	vapProps := func(p *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, index int) map[string]string {
@@ -183,6 +211,37 @@ func TestAuditVAP(t *testing.T) {
 		}
 		return r
 	}
+	teamLabelResult := func(patch string) expectedResult {
+		r := expectedResult{policy: "map/team-label/team-label", result: "pass", properties: map[string]string{
+			"mutating": "true", "policy-kind": "MutatingAdmissionPolicy",
+			"policy-name": teamLabel.Name, "policy-uid": string(teamLabel.UID), "policy-resource-version": teamLabel.ResourceVersion,
+			"binding-name": teamLabelBinding.Name, "binding-uid": string(teamLabelBinding.UID), "binding-resource-version": teamLabelBinding.ResourceVersion,
+		}}
+		if patch != "" {
+			r.result = "warn"
+			r.message = "MutatingAdmissionPolicy 'team-label' with binding 'team-label' would apply the JSONPatch " + patch
+		}
+		return r
+	}
+	// withTeamLabel puts the MAP's result first (results are sorted by
+	// policy): the objects without labels get them, team-b/audited gets a
+	// team label, team-b/labelled has one, team-a/exempt-one is excluded by
+	// the matchConditions.
+	withTeamLabel := func(want map[string][]expectedResult) map[string][]expectedResult {
+		for key, rs := range want {
+			switch key {
+			case "team-a/exempt-one":
+				continue
+			case "team-b/labelled":
+				want[key] = append([]expectedResult{teamLabelResult("")}, rs...)
+			case "team-b/audited":
+				want[key] = append([]expectedResult{teamLabelResult(`[{"op":"add","path":"/metadata/labels/team","value":"unknown"}]`)}, rs...)
+			default:
+				want[key] = append([]expectedResult{teamLabelResult(`[{"op":"add","path":"/metadata/labels","value":{"team":"unknown"}}]`)}, rs...)
+			}
+		}
+		return want
+	}
 	// results are the expected results of each object; maxKeysFails says
 	// whether the object has more keys than the param allows.
 	results := func(maxKeysFails map[string]bool) map[string][]expectedResult {
@@ -192,7 +251,7 @@ func TestAuditVAP(t *testing.T) {
 			}
 			return maxKeysResult(cm, "")
 		}
-		return map[string][]expectedResult{
+		return withTeamLabel(map[string][]expectedResult{
 			"team-a/good": {mk("team-a/good", "good"), ownerResult(ownerProd, 0, "good", ""), ownerResult(ownerProd, 1, "good", "")},
 			"team-a/no-owner": {mk("team-a/no-owner", "no-owner"),
 				ownerResult(ownerProd, 0, "no-owner", "an owner is required"), ownerResult(ownerProd, 1, "no-owner", "")},
@@ -207,7 +266,8 @@ func TestAuditVAP(t *testing.T) {
 			"team-b/no-owner": {mk("team-b/no-owner", "no-owner")},
 			"team-b/audited": {mk("team-b/audited", "audited"),
 				ownerResult(ownerAudit, 0, "audited", "an owner is required"), ownerResult(ownerAudit, 1, "audited", "")},
-		}
+			"team-b/labelled": {mk("team-b/labelled", "labelled")},
+		})
 	}
 	tooMany := map[string]bool{"team-a/big": true, "team-a/all-wrong-x": true}
 	summaryOf := func(rs []expectedResult) map[string]int {
