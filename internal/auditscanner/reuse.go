@@ -18,8 +18,8 @@ import (
 // its resourceVersion, the policies that evaluated it at theirs, the counts
 // of skipped and errored policies) and of the report's own content. A later
 // run that finds the same inputs and a report whose content still has that
-// digest keeps the report as it is, patching only its run-uid label, and
-// sends no request to the policy servers for the object. A report that was
+// digest keeps the report as it is (with --keep-unchanged-reports=false,
+// patching only its run-uid label), and evaluates nothing for the object. A report that was
 // edited, or whose annotation was, no longer matches and is evaluated again.
 const AnnotationInputs = "warden.io/audit-inputs"
 

@@ -191,10 +191,12 @@ func (st *store) keep(ctx context.Context, obj client.Object, prev existingRepor
 
 // write stores obj, whose digest is d, knowing what the scope's listing
 // found under its name (found, prev). A report found with the same digest
-// gets a merge patch of its run-uid label (and of its AnnotationInputs when
-// obj's differs) only, guarded by the resourceVersion it was compared at; a
-// report found otherwise is replaced by a merge patch of everything the
-// scanner writes; a report not found is created. Each falls back to the
+// and inputs is left as it is (--keep-unchanged-reports, the default);
+// otherwise, or with --keep-unchanged-reports=false, a report found with the
+// same digest gets a merge patch of its run-uid label (and of its
+// AnnotationInputs when obj's differs) only, guarded by the resourceVersion
+// it was compared at; a report found otherwise is replaced by a merge patch
+// of everything the scanner writes; a report not found is created. Each falls back to the
 // next when the cluster changed since the listing.
 func (st *store) write(ctx context.Context, obj client.Object, d digest, prev existingReport, found bool) (outcome, error) {
 	if found && prev.digest == d && st.keepUnchanged && obj.GetAnnotations()[AnnotationInputs] == prev.inputs {
