@@ -63,7 +63,13 @@ var (
 func loadedBinding(t *testing.T, p *admissionregistrationv1.ValidatingAdmissionPolicy, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding,
 	params []*unstructured.Unstructured, nss ...*corev1.Namespace) *kubeBinding {
 	t.Helper()
-	kb := newKubeBinding(p, b)
+	return loadForTest(t, newKubeBinding(p, b), params, nss)
+}
+
+// loadForTest loads kb with params, namespaces answered from nss, and closes it
+// when the test ends.
+func loadForTest(t *testing.T, kb *kubeBinding, params []*unstructured.Unstructured, nss []*corev1.Namespace) *kubeBinding {
+	t.Helper()
 	err := kb.load(params, func(_ context.Context, name string) (*corev1.Namespace, error) {
 		for _, ns := range nss {
 			if ns.Name == name {
@@ -443,20 +449,7 @@ func mapBinding(name, policy string, opts ...func(*admissionregistrationv1.Mutat
 func loadedMAPBinding(t *testing.T, p *admissionregistrationv1.MutatingAdmissionPolicy, b *admissionregistrationv1.MutatingAdmissionPolicyBinding,
 	params []*unstructured.Unstructured, nss ...*corev1.Namespace) *kubeBinding {
 	t.Helper()
-	kb := newMAPBinding(p, b)
-	err := kb.load(params, func(_ context.Context, name string) (*corev1.Namespace, error) {
-		for _, ns := range nss {
-			if ns.Name == name {
-				return ns, nil
-			}
-		}
-		return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), name)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kb.close)
-	return kb
+	return loadForTest(t, newMAPBinding(p, b), params, nss)
 }
 
 // TestMAPEvaluate checks a MAP binding's verdict: a pass for an object it
