@@ -445,13 +445,16 @@ func (r *Runtime) closeInstance(ctx context.Context, mod api.Module) {
 }
 
 // ReleaseCode drops the pages of machine code that are not running from
-// the process's resident set; the code that runs next reads its pages back
-// from the page cache. Call it after a burst of work that ran code requests
-// will not run again, such as loading policies (guest initialisation).
+// the process's resident set, the guests' and the server's own text and
+// read-only data (selfmap_linux.go); the code that runs next reads its
+// pages back from the page cache. Call it after a burst of work that ran
+// code requests will not run again, such as loading policies (guest
+// initialisation).
 func (r *Runtime) ReleaseCode() {
 	codeMu.Lock()
 	defer codeMu.Unlock()
 	releaseRegions(r.code)
+	releaseOwnFileMappings()
 }
 
 // ErrDeadlineExceeded is returned when a guest call runs past its deadline.
