@@ -6,15 +6,13 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/wardenhq/warden/internal/auditscanner"
+	"github.com/wardenhq/warden/internal/cmdline"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := auditscanner.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
-	stop()
-	os.Exit(code)
+	os.Exit(cmdline.Run(func(ctx context.Context) int {
+		return auditscanner.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	}))
 }

@@ -5,15 +5,13 @@ package main
 import (
 	"context"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/wardenhq/warden/internal/cmdline"
 	"github.com/wardenhq/warden/internal/controller"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := controller.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	os.Exit(cmdline.Run(func(ctx context.Context) int {
+		return controller.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}))
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/spf13/pflag"
@@ -13,7 +12,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	wgpolicyv1alpha2 "sigs.k8s.io/wg-policy-prototypes/policy-report/pkg/api/wgpolicyk8s.io/v1alpha2"
 
@@ -30,8 +28,8 @@ const (
 )
 
 // Main runs the audit-scanner command: it parses args (without the program
-// name), runs one audit against the cluster of the kubeconfig named by
-// KUBECONFIG (or ~/.kube/config, or the pod's service account), and
+// name), runs one audit against the cluster that cmdline.LoadRESTConfig
+// finds (KUBECONFIG, ~/.kube/config or the pod's service account), and
 // returns the process exit code: 0 when the audit was complete, ExitFailed
 // when it could not run or some scope was incomplete, cmdline.ExitUsage for
 // a bad command line. Logs go to stderr as JSON lines; --output-scan prints
@@ -61,7 +59,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	// controller-runtime's client and the API server's admission plugins
 	// of the ValidatingAdmissionPolicies log through global loggers.
 	cmdline.RouteLibraryLogs(logger)
-	cfg, err := loadKubeConfig(getenv)
+	cfg, err := cmdline.LoadRESTConfig("", getenv)
 	if err != nil {
 		logger.Error("audit not started", keyError, err)
 		return ExitFailed
@@ -110,22 +108,4 @@ func NewScheme() (*runtime.Scheme, error) {
 		}
 	}
 	return s, nil
-}
-
-// loadKubeConfig returns the configuration of the kubeconfig files that
-// KUBECONFIG lists, or of ~/.kube/config, or, when there is none, of the
-// pod's service account.
-func loadKubeConfig(getenv func(string) string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.Precedence = nil
-	if v := getenv("KUBECONFIG"); v != "" {
-		rules.Precedence = filepath.SplitList(v)
-	} else if home := getenv("HOME"); home != "" {
-		rules.Precedence = []string{filepath.Join(home, ".kube", "config")}
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading the Kubernetes configuration: %w", err)
-	}
-	return cfg, nil
 }

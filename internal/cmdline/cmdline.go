@@ -1,10 +1,13 @@
-// Package cmdline parses the flags of Warden's daemons (policy-server,
-// controller, audit-scanner, policy-syncer) the way their users expect of a
-// Unix command: --help prints the usage on stdout and exits 0; an unknown
+// Package cmdline is the start-up Warden's binaries share. Run is the body
+// of every main: it cancels the context of the program's Main on SIGINT or
+// SIGTERM. Parse parses the flags of the daemons (policy-server,
+// controller, audit-scanner, policy-syncer) the way their users expect of
+// a Unix command: --help prints the usage on stdout and exits 0; an unknown
 // flag or a bad value prints the parser's error and the usage on stderr and
-// exits 2. wardenctl has cobra, which does the same. RESTConfig loads what
-// a --kubeconfig flag names, as kubectl does. It imports nothing of
-// Warden's.
+// exits 2 (wardenctl has cobra, which does the same). LoadRESTConfig is the
+// one loader of the Kubernetes client configuration, with its precedence;
+// RouteLibraryLogs and RunManager are the rest of a daemon's start.
+// It imports nothing of Warden's.
 package cmdline
 
 import (

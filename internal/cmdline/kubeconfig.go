@@ -1,64 +1,98 @@
 package cmdline
 
 import (
-	"context"
+	"errors"
 	"fmt"
-	"io"
-	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 
-	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// RouteLibraryLogs sends the logs of the Kubernetes libraries a daemon
-// links to logger: controller-runtime's (its clients and caches log through
-// a global logger that, unset, prints a goroutine stack saying it never
-// was) and klog's (client-go's leader election and the API server's
-// admission plugins print klog's text lines on stderr otherwise, in the
-// middle of the daemon's JSON lines).
-func RouteLibraryLogs(logger *slog.Logger) {
-	ctrllog.SetLogger(logr.FromSlogHandler(logger.Handler()))
-	klog.SetSlogLogger(logger)
+// ErrNoKubeConfig is returned by LoadRESTConfig when there is no
+// Kubernetes configuration at all.
+var ErrNoKubeConfig = errors.New("no Kubernetes configuration: KUBECONFIG is not set, there is no ~/.kube/config, and this is not running in a pod")
+
+// LoadRESTConfig loads the Kubernetes client configuration of every Warden
+// binary. It takes the first of these that exists, in kubectl's order,
+// which is also that of Kubewarden's policy server and kwctl (kube-rs's
+// Config::infer):
+//
+//  1. the kubeconfig file at path, the --kubeconfig flag, when path is not
+//     empty (it must exist and hold a configuration);
+//  2. the kubeconfig files $KUBECONFIG lists, merged as kubectl merges
+//     them (those missing are skipped);
+//  3. ~/.kube/config, when $KUBECONFIG is empty;
+//  4. the in-cluster configuration of the pod's service account, when
+//     $KUBERNETES_SERVICE_HOST is set.
+//
+// Files of step 2 or 3 that hold no configuration give way to step 4, and
+// outside a pod are an error. ErrNoKubeConfig means that no step applied.
+// getenv reads the environment; the in-cluster configuration reads the
+// process's own environment and the service account's files.
+// (controller-runtime's GetConfig, which Kubewarden's controller uses,
+// tries the pod before ~/.kube/config; the two differ only in a pod with a
+// ~/.kube/config.)
+func LoadRESTConfig(path string, getenv func(string) string) (*rest.Config, error) {
+	return loadRESTConfig(path, getenv, rest.InClusterConfig)
 }
 
-// RESTConfig loads the Kubernetes client configuration of a --kubeconfig
-// flag as kubectl does: the file at path when it is set, else the files of
-// $KUBECONFIG or ~/.kube/config, else the in-cluster configuration.
+// RESTConfig is LoadRESTConfig with the process's environment.
 func RESTConfig(path string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = path
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading the Kubernetes client configuration: %w", err)
+	return LoadRESTConfig(path, os.Getenv)
+}
+
+func loadRESTConfig(path string, getenv func(string) string, inCluster func() (*rest.Config, error)) (*rest.Config, error) {
+	if path != "" {
+		cfg, _, err := fromKubeconfig(&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}, path)
+		return cfg, err
 	}
-	return cfg, nil
-}
-
-// Starter is what RunManager runs: a controller-runtime manager.
-type Starter interface {
-	Start(ctx context.Context) error
-}
-
-// RunManager is the end of a controller daemon's Main: it logs JSON to
-// stderr, loads the configuration --kubeconfig names, makes the manager
-// with newManager and runs it until ctx is done. It returns the exit code,
-// 1 after an error, which it prints on stderr.
-func RunManager(ctx context.Context, stderr io.Writer, kubeconfig string, newManager func(*rest.Config, *slog.Logger) (Starter, error)) int {
-	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	RouteLibraryLogs(logger)
-	cfg, err := RESTConfig(kubeconfig)
-	if err == nil {
-		var mgr Starter
-		if mgr, err = newManager(cfg, logger); err == nil {
-			err = mgr.Start(ctx)
+	var files []string
+	var found bool // step 2 or 3 has files to read
+	if v := getenv("KUBECONFIG"); v != "" {
+		files, found = filepath.SplitList(v), true
+	} else if home := getenv("HOME"); home != "" {
+		files = []string{filepath.Join(home, ".kube", "config")}
+		_, err := os.Stat(files[0])
+		found = err == nil
+	}
+	var filesErr error
+	if found {
+		cfg, empty, err := fromKubeconfig(&clientcmd.ClientConfigLoadingRules{Precedence: files},
+			strings.Join(files, string(filepath.ListSeparator)))
+		if !empty {
+			return cfg, err
 		}
+		filesErr = err
+	}
+	if getenv("KUBERNETES_SERVICE_HOST") != "" {
+		cfg, err := inCluster()
+		if err != nil {
+			return nil, fmt.Errorf("loading the in-cluster Kubernetes client configuration: %w", err)
+		}
+		return cfg, nil
+	}
+	if filesErr != nil {
+		return nil, filesErr
+	}
+	return nil, ErrNoKubeConfig
+}
+
+// fromKubeconfig loads the kubeconfig files of rules, named names in
+// errors; empty tells that they hold no configuration. It never falls back
+// to the in-cluster configuration, as clientcmd's deferred loading would.
+func fromKubeconfig(rules *clientcmd.ClientConfigLoadingRules, names string) (cfg *rest.Config, empty bool, err error) {
+	raw, err := rules.Load()
+	if err == nil {
+		cfg, err = clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
+	}
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, true, fmt.Errorf("loading the Kubernetes client configuration: %s holds none", names)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 1
+		return nil, false, fmt.Errorf("loading the Kubernetes client configuration of %s: %w", names, err)
 	}
-	return 0
+	return cfg, false, nil
 }

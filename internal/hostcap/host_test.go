@@ -3,8 +3,6 @@ package hostcap
 import (
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -79,69 +77,6 @@ func TestFieldMasks(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				g, _ := json.Marshal(got)
 				t.Errorf("got %s\nwant %s", g, tt.want)
-			}
-		})
-	}
-}
-
-func TestLoadKubeConfig(t *testing.T) {
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "config")
-	doc := `apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`
-	if err := os.WriteFile(kubeconfig, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(home, ".kube"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, ".kube", "config"), []byte(strings.Replace(doc, "6443", "7443", 1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := func(kv ...string) func(string) string {
-		return func(k string) string {
-			for i := 0; i < len(kv); i += 2 {
-				if kv[i] == k {
-					return kv[i+1]
-				}
-			}
-			return ""
-		}
-	}
-	tests := []struct {
-		name       string
-		getenv     func(string) string
-		wantHost   string
-		wantErr    error
-		wantErrMsg string
-	}{
-		{name: "KUBECONFIG", getenv: env("KUBECONFIG", kubeconfig, "HOME", home), wantHost: "https://127.0.0.1:6443"},
-		{name: "~/.kube/config", getenv: env("HOME", home), wantHost: "https://127.0.0.1:7443"},
-		{name: "none", getenv: env("HOME", t.TempDir()), wantErr: ErrNoKubeConfig},
-		{name: "broken", getenv: env("KUBECONFIG", filepath.Join(dir, "missing")), wantErrMsg: "reading the kubeconfig " + filepath.Join(dir, "missing")},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := LoadKubeConfig(tt.getenv)
-			switch {
-			case tt.wantErr != nil:
-				if !errors.Is(err, tt.wantErr) {
-					t.Fatalf("error %v, want %v", err, tt.wantErr)
-				}
-			case tt.wantErrMsg != "":
-				if err == nil || !strings.HasPrefix(err.Error(), tt.wantErrMsg) {
-					t.Fatalf("error %v, want %q", err, tt.wantErrMsg)
-				}
-			case err != nil:
-				t.Fatal(err)
-			case cfg.Host != tt.wantHost:
-				t.Fatalf("host %s, want %s", cfg.Host, tt.wantHost)
 			}
 		})
 	}

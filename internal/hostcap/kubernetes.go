@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -25,54 +23,9 @@ import (
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/wardenhq/warden/internal/reflector"
 )
-
-// ErrNoKubeConfig is returned by LoadKubeConfig when there is no
-// Kubernetes configuration to load.
-var ErrNoKubeConfig = errors.New("no Kubernetes configuration: KUBECONFIG is not set, there is no ~/.kube/config, and this is not running in a pod")
-
-// LoadKubeConfig finds the configuration of the Kubernetes API server the
-// way Kubewarden's kube client infers it: the kubeconfig files of
-// $KUBECONFIG, else ~/.kube/config, else the in-cluster configuration of a
-// pod. It returns ErrNoKubeConfig when there is none. getenv reads the
-// environment (the in-cluster configuration reads the process's own).
-func LoadKubeConfig(getenv func(string) string) (*rest.Config, error) {
-	var paths []string
-	for _, p := range filepath.SplitList(getenv("KUBECONFIG")) {
-		if p != "" {
-			paths = append(paths, p)
-		}
-	}
-	if len(paths) == 0 && getenv("HOME") != "" {
-		if p := filepath.Join(getenv("HOME"), ".kube", "config"); fileExists(p) {
-			paths = []string{p}
-		}
-	}
-	if len(paths) > 0 {
-		rules := &clientcmd.ClientConfigLoadingRules{Precedence: paths}
-		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("reading the kubeconfig %s: %w", strings.Join(paths, string(filepath.ListSeparator)), err)
-		}
-		return cfg, nil
-	}
-	if getenv("KUBERNETES_SERVICE_HOST") != "" {
-		cfg, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("reading the in-cluster Kubernetes configuration: %w", err)
-		}
-		return cfg, nil
-	}
-	return nil, ErrNoKubeConfig
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
 
 // KubernetesOptions configure NewKubernetes.
 type KubernetesOptions struct {

@@ -107,10 +107,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 // registries (under --sources-path and --docker-config-json-path; never
 // --verification-path, which is for policy modules), DNS, certificates, and
 // the Kubernetes API server of the kubeconfig or of the pod, when there is
-// one (hostcap.LoadKubeConfig). Without one, the kubernetes host
-// capabilities fail with Kubewarden's "kube::Client was not initialized
-// properly"; a configuration that cannot be read fails the start unless
-// --ignore-kubernetes-connection-failure. Nothing is contacted here.
+// one (cmdline.LoadRESTConfig, without --kubeconfig). Without one, the
+// kubernetes host capabilities fail with Kubewarden's "kube::Client was not
+// initialized properly"; a configuration that cannot be read fails the
+// start unless --ignore-kubernetes-connection-failure. Nothing is
+// contacted here.
 func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) string, logger *slog.Logger) (*hostcap.Host, *reflectedKubernetes, error) {
 	registry, err := newFetcher(opts, logger, nil)
 	if err != nil {
@@ -118,7 +119,7 @@ func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) 
 	}
 	var kube *hostcap.Kubernetes
 	var reflected *reflectedKubernetes
-	cfg, err := hostcap.LoadKubeConfig(getenv)
+	cfg, err := cmdline.LoadRESTConfig("", getenv)
 	if err == nil {
 		cfg.UserAgent = "warden-policy-server/" + buildinfo.String()
 		reflected, err = newReflectedKubernetes(cfg, opts.ReflectorDBPath, logger)
@@ -127,7 +128,7 @@ func newHostCapabilities(ctx context.Context, opts Options, getenv func(string) 
 		}
 	}
 	switch {
-	case errors.Is(err, hostcap.ErrNoKubeConfig):
+	case errors.Is(err, cmdline.ErrNoKubeConfig):
 		logger.InfoContext(ctx, "no Kubernetes configuration: the kubernetes host capabilities will fail")
 	case err != nil && opts.IgnoreKubeFailure:
 		logger.WarnContext(ctx, "Kubernetes configuration ignored: the kubernetes host capabilities will fail", observability.KeyError, err)

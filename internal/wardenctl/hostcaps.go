@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/wardenhq/warden/internal/cmdline"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/observability"
 	"github.com/wardenhq/warden/internal/verify"
@@ -42,7 +43,7 @@ func (a *app) hostCapabilities(o *RunOptions, policies []namedPolicy) (*hostCapa
 	}
 	var kube *hostcap.Kubernetes
 	if readsKubernetes(o, policies) {
-		cfg, err := hostcap.LoadKubeConfig(a.getenv)
+		cfg, err := cmdline.LoadRESTConfig("", a.getenv)
 		if err != nil {
 			return nil, fmt.Errorf("the policy may read Kubernetes resources: %w (to run it without a cluster, replay a session with --replay-host-capabilities-interactions)", err)
 		}
