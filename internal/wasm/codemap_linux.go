@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -200,22 +201,24 @@ func fileBackRegion(dir string, r codeRegion) error {
 	if err := os.Remove(f.Name()); err != nil {
 		return err
 	}
-	mem, err := os.Open("/proc/self/mem")
-	if err != nil {
-		return err
-	}
-	defer mem.Close()
 	// Page by page, so that the page cache holds small folios: a fault then
-	// maps the pages around the one that ran, not a 2 MiB folio.
-	page := make([]byte, osPageSize)
-	for off := r.start; off < r.end; off += osPageSize {
-		n := min(osPageSize, int(r.end-off))
-		if _, err := mem.ReadAt(page[:n], int64(off)); err != nil {
-			return fmt.Errorf("reading machine code: %w", err)
+	// maps the pages around the one that ran, not a 2 MiB folio. The pages
+	// are written straight from the region, which is mapped readable and
+	// held by the caller (write(2) on its address: the region is not Go
+	// memory).
+	for off := r.start; off < r.end; {
+		n := min(osPageSize, r.end-off)
+		w, _, errno := unix.Syscall(unix.SYS_WRITE, f.Fd(), off, n)
+		if errno == unix.EINTR {
+			continue
 		}
-		if _, err := f.Write(page[:n]); err != nil {
-			return fmt.Errorf("writing machine code: %w", err)
+		if errno != 0 {
+			return fmt.Errorf("writing machine code: %w", errno)
 		}
+		if w == 0 {
+			return fmt.Errorf("writing machine code: %w", io.ErrShortWrite)
+		}
+		off += w
 	}
 	if _, _, errno := unix.Syscall6(unix.SYS_MMAP, r.start, r.len(), unix.PROT_READ|unix.PROT_EXEC,
 		unix.MAP_PRIVATE|unix.MAP_FIXED, f.Fd(), 0); errno != 0 {
