@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -43,6 +44,19 @@ const (
 	// before any evaluation to protect itself, by reason (the Refused*
 	// constants).
 	MetricRefusedRequests = "warden_policy_server_refused_requests_total"
+	// MetricReflectorSynced is 1 for a reflector (the copies of one
+	// resource that context-aware policies read, RFC 004) that holds a
+	// complete list and keeps it current, 0 for one that does not, by
+	// group (absent for the core group), version and resource.
+	MetricReflectorSynced = "warden_reflector_synced"
+	// MetricReflectorLists counts a reflector's lists of its resource, by
+	// group, version, resource and result (success or failure): the first,
+	// and a list again after each watch that could not be resumed.
+	MetricReflectorLists = "warden_reflector_lists_total"
+	// MetricReflectorLastList is when a reflector's last complete list
+	// ended, in seconds since the Unix epoch, by group, version and
+	// resource; absent before the first.
+	MetricReflectorLastList = "warden_reflector_last_list_timestamp_seconds"
 )
 
 // Reasons of MetricRefusedRequests.
@@ -137,11 +151,31 @@ type MetricsOptions struct {
 	// otel_metric_overflow="true". 0 means the SDK default: 2000, or
 	// OTEL_GO_X_CARDINALITY_LIMIT; a negative value means no limit.
 	CardinalityLimit int
+	// Reflectors, when set, is called each time the metrics are collected
+	// (a scrape, an OTLP push) for the state of every reflector that runs:
+	// the reflector metrics show exactly those. It must be safe for
+	// concurrent use.
+	Reflectors func() []ReflectorState
 	// LabelValueLimit caps the number of distinct values kept for each label
 	// whose value comes from the request (resource_namespace,
 	// resource_kind); past it, new values are recorded as [LabelValueOther].
 	// 0 means [DefaultLabelValueLimit]; a negative value means no limit.
 	LabelValueLimit int
+}
+
+// ReflectorState is the state of one reflector, as the reflector metrics
+// show it (MetricReflectorSynced, MetricReflectorLists,
+// MetricReflectorLastList).
+type ReflectorState struct {
+	// Group ("" for the core group), Version and Resource name the
+	// resource the reflector copies.
+	Group, Version, Resource string
+	// Synced says whether its copy is a complete list kept current.
+	Synced bool
+	// Lists and ListFailures count the lists that ended and failed.
+	Lists, ListFailures uint64
+	// LastList is when the last complete list ended; zero before the first.
+	LastList time.Time
 }
 
 // Metrics records policy evaluations. Its methods are safe for concurrent use.
@@ -209,6 +243,9 @@ func NewMetrics(ctx context.Context, opts MetricsOptions) (*Metrics, error) {
 	provider := sdkmetric.NewMeterProvider(providerOpts...)
 
 	m, err := newInstruments(provider)
+	if err == nil && opts.Reflectors != nil {
+		err = observeReflectors(provider.Meter(MeterName), opts.Reflectors)
+	}
 	if err != nil {
 		return nil, errors.Join(err, provider.Shutdown(ctx))
 	}
@@ -296,6 +333,58 @@ func newInstruments(provider *sdkmetric.MeterProvider) (*Metrics, error) {
 	}
 	return &Metrics{provider: provider, evaluations: evaluations, latency: latency, reloads: reloads,
 		timeouts: timeouts, refused: refused}, nil
+}
+
+// observeReflectors registers the reflector metrics, read from states at
+// each collection: a reflector that stopped leaves no series behind.
+func observeReflectors(meter metric.Meter, states func() []ReflectorState) error {
+	synced, err := meter.Int64ObservableGauge(MetricReflectorSynced,
+		metric.WithDescription("Whether a reflector of context-aware policies holds a complete, current copy of its resource (1) or not (0)."))
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", MetricReflectorSynced, err)
+	}
+	lists, err := meter.Int64ObservableCounter(MetricReflectorLists,
+		metric.WithDescription("Number of lists of its resource a reflector made, by result."))
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", MetricReflectorLists, err)
+	}
+	lastList, err := meter.Float64ObservableGauge(MetricReflectorLastList,
+		metric.WithDescription("When a reflector's last complete list ended, in seconds since the Unix epoch."))
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", MetricReflectorLastList, err)
+	}
+	_, err = meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, s := range states() {
+			kvs := make([]attribute.KeyValue, 0, 4)
+			if s.Group != "" {
+				kvs = append(kvs, attribute.String("group", s.Group))
+			}
+			kvs = append(kvs, attribute.String("version", s.Version), attribute.String("resource", s.Resource))
+			set := attribute.NewSet(kvs...)
+			o.ObserveInt64(synced, boolToInt(s.Synced), metric.WithAttributeSet(set))
+			if !s.LastList.IsZero() {
+				o.ObserveFloat64(lastList, float64(s.LastList.UnixMilli())/1000, metric.WithAttributeSet(set))
+			}
+			for _, l := range []struct {
+				result string
+				n      uint64
+			}{{"success", s.Lists}, {"failure", s.ListFailures}} {
+				o.ObserveInt64(lists, int64(l.n), metric.WithAttributes(append(slices.Clip(kvs), attribute.String("result", l.result))...))
+			}
+		}
+		return nil
+	}, synced, lists, lastList)
+	if err != nil {
+		return fmt.Errorf("registering the reflector metrics: %w", err)
+	}
+	return nil
+}
+
+func boolToInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // RecordTimeout counts an evaluation of policyName that its time limit

@@ -397,3 +397,45 @@ func TestTimeoutAndRefusalCounters(t *testing.T) {
 		}
 	}
 }
+
+// The reflector metrics show the reflectors that run at each scrape, one
+// series per resource (no group label for the core group), and nothing of
+// a reflector that stopped.
+func TestReflectorMetrics(t *testing.T) {
+	var mu sync.Mutex
+	states := []ReflectorState{
+		{Version: "v1", Resource: "namespaces", Synced: true, Lists: 2, LastList: time.UnixMilli(1_800_000_000_500)},
+		{Group: "apps", Version: "v1", Resource: "deployments", ListFailures: 3},
+	}
+	m := newTestMetrics(t, MetricsOptions{Reflectors: func() []ReflectorState {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(states)
+	}})
+	got := scrape(t, m)
+	for _, want := range []string{
+		`warden_reflector_synced{resource="namespaces",version="v1"} 1`,
+		`warden_reflector_synced{group="apps",resource="deployments",version="v1"} 0`,
+		`warden_reflector_lists_total{resource="namespaces",result="success",version="v1"} 2`,
+		`warden_reflector_lists_total{resource="namespaces",result="failure",version="v1"} 0`,
+		`warden_reflector_lists_total{group="apps",resource="deployments",result="failure",version="v1"} 3`,
+		`warden_reflector_last_list_timestamp_seconds{resource="namespaces",version="v1"} 1.8000000005e+09`,
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, `warden_reflector_last_list_timestamp_seconds{group="apps"`) {
+		t.Errorf("a reflector that never listed has a last list:\n%s", got)
+	}
+
+	mu.Lock()
+	states = states[:1]
+	mu.Unlock()
+	if got := scrape(t, m); strings.Contains(got, "deployments") {
+		t.Errorf("a stopped reflector is still on /metrics:\n%s", got)
+	}
+	if got := scrape(t, newTestMetrics(t, MetricsOptions{})); strings.Contains(got, "warden_reflector") {
+		t.Errorf("reflector metrics without Reflectors:\n%s", got)
+	}
+}

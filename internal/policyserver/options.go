@@ -18,6 +18,7 @@ import (
 	"github.com/wardenhq/warden/internal/certwatch"
 	"github.com/wardenhq/warden/internal/engine"
 	"github.com/wardenhq/warden/internal/policyfetch"
+	"github.com/wardenhq/warden/internal/reflector"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -115,6 +116,9 @@ type Options struct {
 	// ReflectorsWaiting, when set, says why the copies are not settled:
 	// the readiness endpoint's answer while it waits for them.
 	ReflectorsWaiting func() string
+	// ReflectorStates, when set, returns the state of the copies, which
+	// /metrics shows (warden_reflector_*).
+	ReflectorStates func() []reflector.State
 	// ReflectorDBPath is the SQLite database of the copies (RFC 004); empty
 	// means a file in a temporary directory, removed at exit.
 	ReflectorDBPath string

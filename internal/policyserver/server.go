@@ -114,6 +114,7 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 	s.metrics, err = observability.NewMetrics(ctx, observability.MetricsOptions{
 		OTLP:        opts.EnableMetrics,
 		ServiceName: serviceName,
+		Reflectors:  reflectorStates(opts.ReflectorStates),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up metrics: %w", err)

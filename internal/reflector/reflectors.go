@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,8 +92,30 @@ type reflected struct {
 	cancel context.CancelFunc // stops the reflector
 	done   chan struct{}      // closed when it stopped
 
-	mu      sync.Mutex
-	listErr error // of the last list, nil once one succeeded
+	mu           sync.Mutex
+	listErr      error     // of the last list, nil once one succeeded
+	failing      bool      // the last list, or the watch after it, failed
+	lists        uint64    // complete lists
+	listFailures uint64    // lists that failed
+	lastList     time.Time // when the last complete list ended
+}
+
+// State is what the metrics show of one reflector (Reflectors.States).
+type State struct {
+	// Resource is the resource the reflector copies.
+	Resource schema.GroupVersionResource
+	// Synced is true when the table holds a complete list and the
+	// reflector keeps it current: neither its last list nor the watch
+	// after it failed. A reflector whose list the API server refuses, or
+	// that cannot reach the API server, is not synced.
+	Synced bool
+	// Lists counts the complete lists since the reflector started: the
+	// first, and each list again after a watch the API server could not
+	// resume (410 Gone). ListFailures counts the lists that failed.
+	Lists, ListFailures uint64
+	// LastList is when the last complete list ended; zero before the
+	// first.
+	LastList time.Time
 }
 
 // New returns reflectors that write into store what they read from the API
@@ -233,6 +256,22 @@ func (r *Reflectors) WaitSynced(ctx context.Context, gvr schema.GroupVersionReso
 	}
 }
 
+// States returns the state of every reflector that runs, sorted by
+// resource.
+func (r *Reflectors) States() []State {
+	r.mu.Lock()
+	out := make([]State, 0, len(r.reflected))
+	for gvr, rf := range r.reflected {
+		rf.mu.Lock()
+		out = append(out, State{Resource: gvr, Synced: rf.table.HasSynced() && !rf.failing,
+			Lists: rf.lists, ListFailures: rf.listFailures, LastList: rf.lastList})
+		rf.mu.Unlock()
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b State) int { return strings.Compare(a.Resource.String(), b.Resource.String()) })
+	return out
+}
+
 // Retain stops the reflectors of the resources keep rejects, waits for
 // them and drops their tables: no policy reads those resources any more.
 // A resource started again later is listed anew. It returns the resources
@@ -280,9 +319,10 @@ func (r *Reflectors) run(ctx context.Context, gvr schema.GroupVersionResource, r
 	retry := backoff
 	for ctx.Err() == nil {
 		rv, err := r.list(ctx, gvr, rf.table)
-		rf.mu.Lock()
-		rf.listErr = err
-		rf.mu.Unlock()
+		if ctx.Err() != nil {
+			return // a list cut short by the stop is no failure
+		}
+		rf.listed(err)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.logger.Warn("reflector cannot list its objects: trying again", observability.KeyResource, gvr.String(), observability.KeyError, err)
@@ -292,11 +332,12 @@ func (r *Reflectors) run(ctx context.Context, gvr schema.GroupVersionResource, r
 		}
 		retry = backoff
 		for ctx.Err() == nil {
-			rv, err = r.watch(ctx, gvr, rf.table, rv)
+			rv, err = r.watch(ctx, gvr, rf.table, rv, rf.watching)
 			if errors.Is(err, errRelist) || ctx.Err() != nil {
 				break
 			}
 			if err != nil {
+				rf.setFailing()
 				r.logger.Warn("reflector watch failed: watching again", observability.KeyResource, gvr.String(), observability.KeyError, err)
 				sleep(ctx, retry.Step())
 				continue
@@ -304,6 +345,33 @@ func (r *Reflectors) run(ctx context.Context, gvr schema.GroupVersionResource, r
 			retry = backoff
 		}
 	}
+}
+
+// listed records the end of a list, which err says failed.
+func (rf *reflected) listed(err error) {
+	rf.mu.Lock()
+	defer rf.mu.Unlock()
+	rf.listErr, rf.failing = err, err != nil
+	if err != nil {
+		rf.listFailures++
+		return
+	}
+	rf.lists++
+	rf.lastList = time.Now()
+}
+
+// setFailing records a watch that failed.
+func (rf *reflected) setFailing() {
+	rf.mu.Lock()
+	rf.failing = true
+	rf.mu.Unlock()
+}
+
+// watching records a watch that the API server accepted.
+func (rf *reflected) watching() {
+	rf.mu.Lock()
+	rf.failing = false
+	rf.mu.Unlock()
 }
 
 // sleep waits d, or until ctx is done.
@@ -417,8 +485,9 @@ type watchEvent struct {
 
 // watch writes the changes to gvr's objects after resource version rv into
 // t until the watch ends, and returns the last resource version seen. It
-// returns errRelist when the API server cannot watch from rv.
-func (r *Reflectors) watch(ctx context.Context, gvr schema.GroupVersionResource, t *Table, rv string) (string, error) {
+// returns errRelist when the API server cannot watch from rv. It calls
+// started once the API server accepted the watch.
+func (r *Reflectors) watch(ctx context.Context, gvr schema.GroupVersionResource, t *Table, rv string, started func()) (string, error) {
 	// As client-go's reflector: the API server ends the watch after 5 to
 	// 10 minutes, so that watches spread over the API servers.
 	timeout := 300 + rand.IntN(300)
@@ -436,6 +505,7 @@ func (r *Reflectors) watch(ctx context.Context, gvr schema.GroupVersionResource,
 		return rv, err
 	}
 	defer stream.Close()
+	started()
 	d := json.NewDecoder(stream)
 	var w trimmer
 	for {

@@ -349,3 +349,100 @@ func TestPagesOfLargeObjects(t *testing.T) {
 		}
 	}
 }
+
+// TestStates: what the metrics show of a reflector. A list the API server
+// refuses is a failure and not synced; a relist after 410 Gone counts a
+// second list; a watch that fails makes the reflector not synced until a
+// watch is accepted again; a reflector stopped by Retain has no state.
+func TestStates(t *testing.T) {
+	state := func(t *testing.T, r *Reflectors) State {
+		t.Helper()
+		states := r.States()
+		if len(states) != 1 || states[0].Resource != configMaps {
+			t.Fatalf("states %+v, want the one of configmaps", states)
+		}
+		return states[0]
+	}
+	waitState := func(t *testing.T, r *Reflectors, f *fakeAPIServer, what string, ok func(State) bool) State {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			s := state(t, r)
+			if ok(s) {
+				return s
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("state %+v, want %s; requests: %s", s, what, f.requested())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	t.Run("refused", func(t *testing.T) {
+		f := forbiddenLists(t)
+		r := newReflectors(t, f)
+		if _, err := r.Start(configMaps); err != nil {
+			t.Fatal(err)
+		}
+		s := waitState(t, r, f, "a failed list", func(s State) bool { return s.ListFailures > 0 })
+		if s.Synced || s.Lists != 0 || !s.LastList.IsZero() {
+			t.Errorf("after a refused list: %+v, want not synced and no list", s)
+		}
+	})
+
+	t.Run("relist after Gone", func(t *testing.T) {
+		f := &fakeAPIServer{t: t,
+			lists: []func(http.ResponseWriter, *http.Request){page("10", "", "a1"), page("20", "", "a1")},
+			watches: []func(http.ResponseWriter, *http.Request){
+				events(`{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Expired","code":410}}` + "\n"),
+			},
+		}
+		r := newReflectors(t, f)
+		if _, err := r.Start(configMaps); err != nil {
+			t.Fatal(err)
+		}
+		waitForRequest(t, f, "watch 20")
+		s := state(t, r)
+		if !s.Synced || s.Lists != 2 || s.ListFailures != 0 || s.LastList.IsZero() {
+			t.Errorf("after a relist: %+v, want synced, 2 lists, no failure", s)
+		}
+		r.Retain(t.Context(), func(schema.GroupVersionResource) bool { return false })
+		if states := r.States(); len(states) != 0 {
+			t.Errorf("after Retain stopped it: states %+v, want none", states)
+		}
+	})
+
+	t.Run("failed watch", func(t *testing.T) {
+		release := make(chan struct{})
+		f := &fakeAPIServer{t: t,
+			lists: []func(http.ResponseWriter, *http.Request){page("10", "", "a1")},
+			watches: []func(http.ResponseWriter, *http.Request){
+				func(w http.ResponseWriter, _ *http.Request) {
+					status(w, http.StatusInternalServerError, "InternalError", "etcd is away")
+				},
+				func(w http.ResponseWriter, r *http.Request) { // accepted once released
+					select {
+					case <-release:
+					case <-r.Context().Done():
+						return
+					}
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusOK)
+					w.(http.Flusher).Flush()
+					<-r.Context().Done()
+				},
+			},
+		}
+		r := newReflectors(t, f)
+		if _, err := r.Start(configMaps); err != nil {
+			t.Fatal(err)
+		}
+		// The second watch waits for release: the first one failed.
+		waitForRequest(t, f, "watch 10, watch 10")
+		if s := state(t, r); s.Synced || s.Lists != 1 {
+			t.Errorf("after a failed watch: %+v, want not synced, 1 list", s)
+		}
+		close(release)
+		waitState(t, r, f, "synced once a watch is accepted", func(s State) bool { return s.Synced })
+	})
+}
