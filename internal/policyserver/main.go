@@ -75,6 +75,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 		opts.RetainReflectors = kube.RetainReflectors
 		opts.ReflectorsSettled = kube.ReflectorsSettled
 		opts.ReflectorsWaiting = kube.Waiting
+		opts.ReflectorStates = kube.ReflectorStates
 		opts.Kube = kube.config // cluster mode reads its revisions there
 	}
 	srv, err := New(ctx, opts, logger)
