@@ -553,7 +553,11 @@ func (env *Environment) SharedRunners() int {
 	return len(env.shared)
 }
 
-// equal reports whether two configurations load the same policy.
+// equal reports whether two configurations load the same policy: hot
+// reload rebuilds a policy whose configuration is not equal to the one
+// serving. It compares the JSON form and then, one by one, the fields JSON
+// leaves out; TestEqualSeesEveryField fails when a field, at any depth,
+// can change without equal seeing it.
 func (c *PolicyConfig) equal(o *PolicyConfig) bool {
 	a, errA := json.Marshal(c)
 	b, errB := json.Marshal(o)
