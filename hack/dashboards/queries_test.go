@@ -26,6 +26,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
@@ -68,19 +71,21 @@ var (
 )
 
 // TestQueriesReturnData runs a policy server with the example policies and
-// the controller with a few policies, sends the policy server accepted,
-// rejected, mutated, monitor-mode, failing and audit requests and a hot
-// reload, scrapes both, and evaluates every query of the dashboard and
-// every alert with Prometheus's engine: each panel query and variable must
-// return a value, and each alert must fire exactly when the requests call
-// for it.
+// a context-aware policy, and the controller with a few policies, on one
+// API server; sends the policy server accepted, rejected, mutated,
+// monitor-mode, failing, refused (a body over the limit) and audit
+// requests and a hot reload; scrapes both, and evaluates every query of
+// the dashboard and every alert with Prometheus's engine: each panel query
+// and variable must return a value, and each alert must fire exactly when
+// the requests call for it.
 func TestQueriesReturnData(t *testing.T) {
-	ps := startPolicyServer(t)
-	controllerMetrics := startController(t)
+	cl := startCluster(t)
+	controllerMetrics := startController(t, cl)
+	ps := startPolicyServer(t, cl.Config)
 	st := teststorage.New(t)
 	s := &scraper{storage: st}
-	psMetrics := metricsURL(ps.srv.ReadinessAddr())
-	psTarget := withInstance(policyServerTarget, ps.srv.ReadinessAddr())
+	psMetrics := metricsURL(ps.readiness)
+	psTarget := withInstance(policyServerTarget, ps.readiness)
 	ctrlTarget := withInstance(controllerTarget, controllerMetrics)
 
 	now := start
@@ -132,9 +137,10 @@ func TestQueriesReturnData(t *testing.T) {
 	wantFiring := map[string]bool{
 		"WardenPolicyServerDown":         false, // every scrape succeeded
 		"WardenControllerDown":           false,
-		"WardenPolicyEvaluationsFailing": true, // the policy loop always times out
-		"WardenRejectionsJump":           true, // the burst of privileged pods
-		"WardenPolicyReloadFailing":      true, // a policy added by the reload fails to load
+		"WardenPolicyEvaluationsFailing": true,  // the policy loop always times out
+		"WardenRejectionsJump":           true,  // the burst of privileged pods
+		"WardenPolicyReloadFailing":      true,  // a policy added by the reload fails to load
+		"WardenReflectorNotSynced":       false, // the reflector of Namespaces lists them
 	}
 	for _, rule := range loadRules(t) {
 		t.Run("alert "+rule.Alert, func(t *testing.T) {
@@ -216,20 +222,28 @@ func withInstance(target map[string]string, addr fmt.Stringer) map[string]string
 	return out
 }
 
-// policyServer is a policy server running in the test's process on the
-// example policies (examples/policies.yml), plus:
+// policyServer is a policy server, run by policyserver.Main in the test's
+// process against the test's API server, on the example policies
+// (examples/policies.yml), plus:
 //   - loop, a policy that never returns, so that every evaluation times out;
 //   - broken, a CEL policy whose settings do not compile, so that it answers
-//     every request with its load error (--continue-on-errors).
+//     every request with its load error (--continue-on-errors);
+//   - namespaces-listed, a context-aware policy that lists the Namespaces,
+//     which a reflector copies.
+//
+// Request bodies over 64 KiB are refused (--max-request-body-bytes).
 type policyServer struct {
-	srv      *policyserver.Server
-	client   *http.Client
-	url      string
-	policies string // the policies file
-	doc      string // its contents
+	client    *http.Client
+	url       string
+	readiness net.Addr // of /readiness and /metrics
+	policies  string   // the policies file
+	doc       string   // its contents
 }
 
-func startPolicyServer(t *testing.T) *policyServer {
+// maxBody is the policy server's --max-request-body-bytes.
+const maxBody = 64 << 10
+
+func startPolicyServer(t *testing.T, cfg *rest.Config) *policyServer {
 	t.Helper()
 	root := policybuild.RepoRootForTest(t)
 	build := func(dir string) string {
@@ -257,40 +271,76 @@ broken:
   module: builtin://cel
   settings:
     validations: [{expression: "nonsense((("}]
-`, build(filepath.Join("testdata", "policies", "loop")))
+namespaces-listed:
+  module: %s
+  settings: {call: all, api_version: v1, kind: Namespace}
+  hostCapabilities: ["kubernetes/*"]
+  contextAwareResources: [{apiVersion: v1, kind: Namespace}]
+`, build(filepath.Join("testdata", "policies", "loop")), build(filepath.Join("testdata", "policies", "list-resources")))
 
 	dir := t.TempDir()
 	p := &policyServer{policies: filepath.Join(dir, "policies.yml"), doc: doc, client: &http.Client{Timeout: time.Minute}}
 	if err := os.WriteFile(p.policies, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts := policyserver.DefaultOptions()
-	opts.Addr, opts.Port, opts.ReadinessProbePort, opts.Workers = "127.0.0.1", 0, 0, 2
-	opts.PoliciesPath, opts.DownloadDir, opts.SigstoreCacheDir = p.policies, dir, filepath.Join(dir, "sigstore")
-	opts.PolicyTimeout = 250 * time.Millisecond
-	opts.ContinueOnErrors = true
-	if err := opts.Validate(); err != nil {
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kubeconfigFor(t, cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	port, readiness := testkit.FreePort(t), testkit.FreePort(t)
+	p.url = fmt.Sprintf("http://127.0.0.1:%d", port)
+	p.readiness = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: readiness}
+	env := map[string]string{"KUBECONFIG": kubeconfig, "HOME": dir}
+	args := []string{"--addr", "127.0.0.1", "--port", fmt.Sprint(port), "--readiness-probe-port", fmt.Sprint(readiness),
+		"--policies", p.policies, "--policies-download-dir", dir, "--sigstore-cache-dir", filepath.Join(dir, "sigstore"), "--cache-dir", "",
+		"--workers", "2", "--policy-timeout", "250ms", "--continue-on-errors", "--max-request-body-bytes", fmt.Sprint(maxBody)}
 	var logs logtest.Buffer
-	srv, err := policyserver.New(t.Context(), opts, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatalf("starting the policy server: %v\n%s", err, logs.String())
-	}
-	p.srv, p.url = srv, "http://"+srv.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
+	done := make(chan int, 1)
+	go func() {
+		done <- policyserver.Main(ctx, args, io.Discard, &logs, func(k string) string { return env[k] })
+	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("policy server: %v", err)
+		if code := <-done; code != 0 {
+			t.Errorf("policy server: exit %d", code)
 		}
 		if t.Failed() {
 			t.Logf("policy server logs:\n%s", logs.String())
 		}
 	})
+	// Ready once every policy loaded and the reflector listed the
+	// Namespaces.
+	testkit.Eventually(t, 2*time.Minute, "the policy server is ready", func() bool {
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("the policy server stopped: exit %d\n%s", code, logs.String())
+		default:
+		}
+		resp, err := http.Get("http://" + p.readiness.String() + "/readiness")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	return p
+}
+
+// kubeconfigFor returns a kubeconfig file's content for cfg.
+func kubeconfigFor(t *testing.T, cfg *rest.Config) []byte {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
+	kc.CurrentContext = "test"
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 // A pod's variants, as the example policies see them.
@@ -302,8 +352,9 @@ const (
 )
 
 // traffic sends one round of requests: accepted, mutated and rejected ones,
-// monitor mode, the failing policies and the audit scanner's; a burst
-// round adds a flood of privileged pods.
+// monitor mode, the failing policies, the context-aware one, one refused
+// for its size and the audit scanner's; a burst round adds a flood of
+// privileged pods.
 func (p *policyServer) traffic(t *testing.T, burst bool) {
 	t.Helper()
 	send := func(route, policy, pod string, n int) {
@@ -319,8 +370,10 @@ func (p *policyServer) traffic(t *testing.T, burst bool) {
 	send("validate", "pod-team-label", unlabelledPod, 1) // rejected
 	send("validate", "deny-latest-tag", latestPod, 1)    // rejected
 	send("validate", "pod-privileged-monitor", privilegedPod, 1)
-	send("validate", "loop", goodPod, 1)   // times out
-	send("validate", "broken", goodPod, 1) // its load error
+	send("validate", "loop", goodPod, 1)              // times out
+	send("validate", "broken", goodPod, 1)            // its load error
+	send("validate", "namespaces-listed", goodPod, 1) // lists the reflector's copy
+	p.tooLarge(t)
 	send("audit", "pod-privileged", privilegedPod, 1)
 	send("audit", "pod-team-label", unlabelledPod, 1)
 	send("audit", "deny-latest-tag", goodPod, 1)
@@ -350,6 +403,21 @@ func (p *policyServer) review(t *testing.T, route, policy, pod string) {
 	}
 }
 
+// tooLarge sends a review over the policy server's body limit, which it
+// refuses unread: 413, warden_policy_server_refused_requests_total.
+func (p *policyServer) tooLarge(t *testing.T) {
+	t.Helper()
+	resp, err := p.client.Post(p.url+"/validate/pod-privileged", "application/json", bytes.NewReader(make([]byte, maxBody+1)))
+	if err != nil {
+		t.Fatalf("a body over the limit: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		answer, _ := io.ReadAll(resp.Body)
+		t.Fatalf("a body over the limit: %s %s, want 413", resp.Status, answer)
+	}
+}
+
 func podNamespace(pod string) string {
 	for _, ns := range []string{"shop", "ops", "dev"} {
 		if strings.Contains(pod, `"namespace":"`+ns+`"`) {
@@ -374,31 +442,38 @@ late-missing:
 	if err := os.WriteFile(p.policies, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The server also watches the file: its own reload may apply the
-	// change before this one does, so the outcome is read from the metrics.
-	p.srv.Reload(t.Context())
-	metrics := get(metricsURL(p.srv.ReadinessAddr()))
-	for _, want := range []string{
+	// The server watches the file and reloads it.
+	wants := []string{
 		`warden_policy_reload_total{action="add",policy_name="late",result="success"}`,
 		`warden_policy_reload_total{action="add",policy_name="late-missing",result="failure"}`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Fatalf("after the reload, no %s in:\n%s", want, metrics)
-		}
 	}
+	testkit.Eventually(t, time.Minute, "the reload adds late and fails to add late-missing", func() bool {
+		metrics := get(metricsURL(p.readiness))
+		for _, want := range wants {
+			if !strings.Contains(metrics, want) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
-// startController starts an API server with Warden's CRDs and the
-// controller, creates a PolicyServer and three policies, and returns the
-// address of the controller's metrics once they count the policies.
-func startController(t *testing.T) net.Addr {
+// startCluster starts an API server with Warden's CRDs.
+func startCluster(t *testing.T) *clustertest.Cluster {
 	t.Helper()
-	root := policybuild.RepoRootForTest(t)
 	scheme, err := controller.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := clustertest.Start(t, clustertest.WithScheme(scheme), clustertest.WithCRDDirectory(filepath.Join(root, "config", "crd", "bases")))
+	crds := filepath.Join(policybuild.RepoRootForTest(t), "config", "crd", "bases")
+	return clustertest.Start(t, clustertest.WithScheme(scheme), clustertest.WithCRDDirectory(crds))
+}
+
+// startController starts the controller on cl, creates a PolicyServer and
+// three policies, and returns the address of the controller's metrics once
+// they count the policies.
+func startController(t *testing.T, cl *clustertest.Cluster) net.Addr {
+	t.Helper()
 	c := cl.Client
 	create := func(o client.Object) {
 		t.Helper()
