@@ -321,6 +321,9 @@ func (r *Runtime) compileCode(ctx context.Context, digest string, module []byte)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if !dropFunctionBodies(cm) {
+		r.logger.DebugContext(ctx, "the function bodies of compiled modules stay in memory: wazero's layout is not the expected one")
+	}
 	if shared && rt == r.rt {
 		r.toShared(ctx, digest, created, found)
 	}
