@@ -280,17 +280,14 @@ var errNeedFullPass = errors.New("the cluster changed: compare it all")
 // listing the spoke.
 func (s *spoke) update(ctx context.Context, client dynamic.Interface, desired *desiredState, feedback []feedbackRule) error {
 	for key, c := range desired.copies {
-		if p, ok := s.last.copies[key]; ok && p.digest == c.digest {
-			continue
+		was, ok := s.last.copies[key]
+		_, conflict := s.conflicts[key]
+		a, known := s.applied[key]
+		v := decideChange(&c, ptrIf(&was, ok), conflict, a, known)
+		if v.action != actionApply {
+			continue // unchanged, or the spoke's own object still wins
 		}
-		if _, ok := s.conflicts[key]; ok {
-			continue // the spoke's own object still wins
-		}
-		var uid types.UID
-		if a, ok := s.applied[key]; ok {
-			uid = a.uid
-		}
-		obj, err := s.apply(ctx, client, c, uid)
+		obj, err := s.apply(ctx, client, c, v.uid)
 		if err != nil {
 			var unreachable *unreachableError
 			if errors.As(err, &unreachable) {
@@ -300,14 +297,15 @@ func (s *spoke) update(ctx context.Context, client dynamic.Interface, desired *d
 		}
 		s.objects[key] = objectStatus(c, true, "", readFeedback(feedback, obj))
 	}
-	for key := range s.last.copies {
+	for key, was := range s.last.copies {
 		if _, ok := desired.copies[key]; ok {
 			continue
 		}
 		delete(s.objects, key)
 		delete(s.conflicts, key)
-		if a, ok := s.applied[key]; ok {
-			if err := s.delete(ctx, client, key, a.uid); err != nil {
+		a, known := s.applied[key]
+		if v := decideChange(nil, &was, false, a, known); v.action == actionDelete {
+			if err := s.delete(ctx, client, key, v.uid); err != nil {
 				var unreachable *unreachableError
 				if errors.As(err, &unreachable) {
 					return err
@@ -317,6 +315,14 @@ func (s *spoke) update(ctx context.Context, client dynamic.Interface, desired *d
 		}
 	}
 	return nil
+}
+
+// ptrIf returns p when ok, else nil.
+func ptrIf[T any](p *T, ok bool) *T {
+	if !ok {
+		return nil
+	}
+	return p
 }
 
 // unreachable records err as the reason the spoke cannot be reached, and
@@ -388,18 +394,13 @@ func (s *spoke) syncResource(ctx context.Context, client dynamic.Interface, gvr 
 		}
 		s.touchedGVRs[gvr] = true
 		obj := actual[key]
-		if obj != nil {
-			if owner, ok := obj.GetAnnotations()[syncv1alpha1.SyncedAnnotation]; !ok || owner != s.syncName {
-				s.conflicts[key] = conflictStatus(key, obj, owner, ok)
-				continue
-			}
-		}
-		if obj == nil || !s.upToDate(key, c, obj) {
-			var uid types.UID
-			if obj != nil {
-				uid = obj.GetUID()
-			}
-			obj, err = s.apply(ctx, client, c, uid)
+		a, known := s.applied[key]
+		switch v := decideObject(s.syncName, &c, obj, a, known); v.action {
+		case actionConflict:
+			s.conflicts[key] = conflictStatus(key, v.reason)
+			continue
+		case actionApply:
+			obj, err = s.apply(ctx, client, c, v.uid)
 			if err != nil {
 				var unreachable *unreachableError
 				switch {
@@ -420,13 +421,15 @@ func (s *spoke) syncResource(ctx context.Context, client dynamic.Interface, gvr 
 
 	remaining := 0
 	for key, obj := range actual {
-		if obj.GetAnnotations()[syncv1alpha1.SyncedAnnotation] != s.syncName {
-			continue
-		}
 		if _, ok := desired.copies[key]; ok {
 			continue
 		}
-		if err := s.delete(ctx, client, key, obj.GetUID()); err != nil {
+		a, known := s.applied[key]
+		v := decideObject(s.syncName, nil, obj, a, known)
+		if v.action != actionDelete {
+			continue
+		}
+		if err := s.delete(ctx, client, key, v.uid); err != nil {
 			var unreachable *unreachableError
 			if errors.As(err, &unreachable) {
 				return err
@@ -439,26 +442,6 @@ func (s *spoke) syncResource(ctx context.Context, client dynamic.Interface, gvr 
 		delete(s.touchedGVRs, gvr)
 	}
 	return nil
-}
-
-// upToDate says whether the spoke's copy obj still holds c as the syncer
-// last applied it: same digest, and neither its spec (generation) nor its
-// identity (uid) changed in the spoke since, and its labels and
-// annotations still include the copy's.
-func (s *spoke) upToDate(key objectKey, c spokeCopy, obj *unstructured.Unstructured) bool {
-	a, ok := s.applied[key]
-	return ok && a.digest == c.digest && a.uid == obj.GetUID() && a.generation == obj.GetGeneration() &&
-		includes(obj.GetLabels(), c.object.GetLabels()) && includes(obj.GetAnnotations(), c.object.GetAnnotations())
-}
-
-// includes says whether every entry of sub is in m.
-func includes(m, sub map[string]string) bool {
-	for k, v := range sub {
-		if w, ok := m[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 // apply writes c to the spoke with server-side apply. A copy the spoke
@@ -531,11 +514,7 @@ func objectStatus(c spokeCopy, synced bool, message string, feedback map[string]
 	}
 }
 
-func conflictStatus(key objectKey, obj *unstructured.Unstructured, owner string, synced bool) syncv1alpha1.ConflictStatus {
-	message := fmt.Sprintf("a %s of the same name was made in the cluster; it wins over the hub's", obj.GetKind())
-	if synced {
-		message = fmt.Sprintf("a %s of the same name in the cluster is synced by PolicySync %q", obj.GetKind(), owner)
-	}
+func conflictStatus(key objectKey, message string) syncv1alpha1.ConflictStatus {
 	return syncv1alpha1.ConflictStatus{
 		Group:     key.gvr.Group,
 		Resource:  key.gvr.Resource,

@@ -34,16 +34,6 @@ func TestIsUnreachable(t *testing.T) {
 	}
 }
 
-func TestIncludes(t *testing.T) {
-	m := map[string]string{"a": "1", "b": "2"}
-	if !includes(m, map[string]string{"a": "1"}) || !includes(m, nil) {
-		t.Error("a subset is not included")
-	}
-	if includes(m, map[string]string{"a": "2"}) || includes(m, map[string]string{"c": "1"}) {
-		t.Error("a different value or a missing key is included")
-	}
-}
-
 // TestSetKubeconfigPokesOnNews: a spoke is kicked when its kubeconfig
 // Secret says something new, and only then; the same unusable kubeconfig
 // handed over again must not kick it, or it retries at once, reports, and
