@@ -7,10 +7,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	syncv1alpha1 "github.com/wardenhq/warden/api/sync/v1alpha1"
 )
@@ -102,4 +107,62 @@ func retarget(spec map[string]any) {
 	}
 	delete(ref, "uid")
 	delete(ref, "resourceVersion")
+}
+
+// cachedCopy is the copy of a hub object made at its resourceVersion.
+type cachedCopy struct {
+	resourceVersion string
+	copy            spokeCopy
+}
+
+// desiredCopies builds the copies the PolicySync ps wants in every
+// cluster from the hub watches' caches (stores), reusing those st holds of
+// unchanged hub objects.
+func desiredCopies(ps *syncv1alpha1.PolicySync, st *syncState, stores map[schema.GroupVersionResource]cache.Store) (*desiredState, error) {
+	selector := labels.Everything()
+	if ps.Spec.Selector != nil {
+		var err error
+		if selector, err = metav1.LabelSelectorAsSelector(ps.Spec.Selector); err != nil {
+			return nil, fmt.Errorf("spec.selector: %w", err)
+		}
+	}
+	if _, err := compileFeedback(ps.Spec.StatusFeedback); err != nil {
+		return nil, err
+	}
+	d := &desiredState{copies: map[objectKey]spokeCopy{}, feedback: ps.Spec.StatusFeedback}
+	hash := sha256.New()
+	copies := make(map[types.UID]cachedCopy, len(st.copies))
+	for _, r := range st.resources {
+		if r.err != nil {
+			continue
+		}
+		d.gvrs = append(d.gvrs, r.gvr)
+		fmt.Fprintf(hash, "gvr %s\n", r.gvr)
+		for _, item := range stores[r.gvr].List() {
+			obj, ok := item.(*unstructured.Unstructured)
+			if !ok || !selector.Matches(labels.Set(obj.GetLabels())) {
+				continue
+			}
+			cached, ok := st.copies[obj.GetUID()]
+			if !ok || cached.resourceVersion != obj.GetResourceVersion() {
+				c, err := makeCopy(r.gvr, obj, ps.Name)
+				if err != nil {
+					return nil, err
+				}
+				cached = cachedCopy{resourceVersion: obj.GetResourceVersion(), copy: c}
+			}
+			copies[obj.GetUID()] = cached
+			d.copies[cached.copy.key] = cached.copy
+		}
+	}
+	st.copies = copies
+	keys := slices.SortedFunc(maps.Keys(d.copies), compareKeys)
+	for _, k := range keys {
+		fmt.Fprintf(hash, "%s %d %s\n", k, d.copies[k].hubGeneration, d.copies[k].digest)
+	}
+	for _, f := range ps.Spec.StatusFeedback {
+		fmt.Fprintf(hash, "feedback %q %q\n", f.Name, f.JSONPath)
+	}
+	d.digest = hex.EncodeToString(hash.Sum(nil))
+	return d, nil
 }

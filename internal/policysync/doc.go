@@ -12,17 +12,22 @@
 //   - Syncer (syncer.go) is the PolicySync reconciler, run in the leader
 //     only. It validates the resources (validate.go: served by the hub,
 //     listable and watchable, with a policy's shape), keeps one watch on the
-//     hub per resource in use (started and stopped as PolicySyncs change),
-//     builds the copies each spoke should hold (copies.go), and writes the
-//     status from what the workers report.
+//     hub per resource in use (informers.go, started and stopped as
+//     PolicySyncs change) and one per kubeconfig Secret (secrets.go), builds
+//     the copies each spoke should hold (copies.go), and writes the status
+//     from what the workers report (status.go, where Ready is decided).
+//     Several PolicySyncs are reconciled at once: what they share is locked
+//     apart from what each keeps, and no lock another PolicySync needs is
+//     held across an API call.
 //   - spoke (spoke.go) is one worker per direct cluster of each PolicySync,
 //     in a goroutine of its own (ocmCluster, in ocm.go, is its OCM
 //     counterpart). At each change, and every --resync-period, it
 //     lists the spoke's objects of each resource and mends them: server-side
 //     apply of new and changed copies, conflicts with objects made in the
 //     spoke (which win and are reported), deletion of copies no longer
-//     wanted, and the status feedback read from each copy (feedback.go). A
-//     spoke that cannot be reached is retried with a backoff capped at 30 s.
+//     wanted (decide.go decides which, object by object), and the status
+//     feedback read from each copy (feedback.go). A spoke that cannot be
+//     reached is retried with a backoff capped at 30 s.
 //
 // Copies carry the annotation kubewarden.io/policy-synced with their
 // PolicySync's name; the syncer never changes or deletes an object without

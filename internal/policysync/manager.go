@@ -7,7 +7,6 @@ import (
 	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -16,7 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -28,6 +27,12 @@ import (
 // eventBuffer is how many reconcile requests the watches and workers may
 // queue before they wait for the controller to take them.
 const eventBuffer = 1024
+
+// maxConcurrentReconciles is how many PolicySyncs are reconciled at once
+// (one PolicySync is never reconciled twice at once): a reconcile waiting
+// on the hub, to validate one PolicySync's resources, does not hold up the
+// others.
+const maxConcurrentReconciles = 4
 
 // Scheme returns a scheme with the Kubernetes types, the
 // CustomResourceDefinition kind and the PolicySync kind.
@@ -82,25 +87,14 @@ func NewManager(cfg *rest.Config, opts Options, logger *slog.Logger) (ctrl.Manag
 	if err != nil {
 		return nil, fmt.Errorf("creating the hub's discovery client: %w", err)
 	}
-	s := &Syncer{
-		client:    mgr.GetClient(),
-		hub:       hub,
-		kube:      kube,
-		validator: &gvrValidator{discovery: disco, reader: mgr.GetAPIReader(), writer: mgr.GetClient()},
-		opts:      opts,
-		logger:    logger,
-		events:    make(chan event.GenericEvent, eventBuffer),
-		started:   make(chan struct{}),
-		watches:   map[schema.GroupVersionResource]*watch{},
-		secrets:   map[string]*watch{},
-		syncs:     map[string]*syncState{},
-	}
+	s := newSyncer(syncerDeps{client: mgr.GetClient(), reader: mgr.GetAPIReader(), hub: hub, kube: kube, discovery: disco}, opts, logger)
 	if err := mgr.Add(s); err != nil {
 		return nil, err
 	}
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("policysync").
 		For(&syncv1alpha1.PolicySync{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrentReconciles}).
 		WatchesRawSource(source.Channel(s.events, &handler.EnqueueRequestForObject{})).
 		Complete(s)
 	if err != nil {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -113,4 +116,100 @@ func (w *statusWriter) write(ctx context.Context, status *syncv1alpha1.PolicySyn
 	}
 	ps := &syncv1alpha1.PolicySync{ObjectMeta: metav1.ObjectMeta{Name: w.name}}
 	return client.IgnoreNotFound(w.client.Status().Patch(ctx, ps, client.RawPatch(types.MergePatchType, patch)))
+}
+
+// clusterReport is what the status is told of one cluster a PolicySync
+// names, in the order the spec names them.
+type clusterReport struct {
+	name string
+	// running says whether the cluster has a worker; reported whether
+	// the worker made a first pass, and status is what that pass found.
+	running, reported bool
+	status            syncv1alpha1.ClusterStatus
+}
+
+// policySyncStatus is the status of the PolicySync ps: its resources as
+// validated, its clusters as reported, and the Ready condition that
+// readyCondition decides from them. buildErr is why the copies could not
+// be made (nil: they were).
+func policySyncStatus(ps *syncv1alpha1.PolicySync, resources []validatedGVR, clusters []clusterReport, buildErr error) syncv1alpha1.PolicySyncStatus {
+	status := syncv1alpha1.PolicySyncStatus{
+		ObservedGeneration: ps.Generation,
+		Conditions:         slices.Clone(ps.Status.Conditions),
+	}
+	for _, r := range resources {
+		g := syncv1alpha1.GVRStatus{Group: r.gvr.Group, Version: r.gvr.Version, Resource: r.gvr.Resource, Valid: r.err == nil}
+		if r.err != nil {
+			g.Message = r.err.Error()
+		}
+		status.PoliciesToSync = append(status.PoliciesToSync, g)
+	}
+	for _, c := range clusters {
+		switch {
+		case !c.running:
+		case !c.reported:
+			status.Clusters = append(status.Clusters, syncv1alpha1.ClusterStatus{Name: c.name})
+		default:
+			status.Clusters = append(status.Clusters, c.status)
+		}
+	}
+	meta.SetStatusCondition(&status.Conditions, readyCondition(ps.Generation, resources, clusters, buildErr))
+	return status
+}
+
+// readyCondition is where the Ready condition of a PolicySync at
+// generation is decided, the first that applies winning: SyncFailed when
+// the copies could not be made (buildErr), InvalidGVR when a resource
+// cannot be synced, ClusterUnreachable when a cluster that reported cannot
+// be reached, Conflict when a cluster holds objects of its own that win,
+// SyncFailed when an object is not synced (or, on a reachable cluster, a
+// message says why nothing is: a ManifestWork the hub refused), Unknown
+// (Syncing) while a cluster has not reported, and True (Synced) otherwise.
+func readyCondition(generation int64, resources []validatedGVR, clusters []clusterReport, buildErr error) metav1.Condition {
+	var invalid, unreachable, conflicting, failing, pending []string
+	for _, r := range resources {
+		if r.err != nil {
+			invalid = append(invalid, displayGVR(r.gvr))
+		}
+	}
+	for _, c := range clusters {
+		switch cs := c.status; {
+		case !c.running || !c.reported:
+			pending = append(pending, c.name)
+		case !cs.Reachable:
+			unreachable = append(unreachable, c.name)
+		default:
+			if len(cs.Conflicts) > 0 {
+				conflicting = append(conflicting, c.name)
+			}
+			// A message on a reachable cluster is a ManifestWork the hub
+			// refused, which may hold no object (deleting it was refused).
+			if cs.Message != "" || slices.ContainsFunc(cs.Objects, func(o syncv1alpha1.ObjectStatus) bool { return !o.Synced }) {
+				failing = append(failing, c.name)
+			}
+		}
+	}
+
+	ready := metav1.Condition{Type: syncv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: syncv1alpha1.ReasonSynced,
+		Message: "every object is synced to every cluster", ObservedGeneration: generation}
+	switch {
+	case buildErr != nil:
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, syncv1alpha1.ReasonSyncFailed, buildErr.Error()
+	case len(invalid) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonInvalidGVR
+		ready.Message = "not synced, see status.policiesToSync: " + strings.Join(invalid, ", ")
+	case len(unreachable) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonClusterUnreachable
+		ready.Message = "clusters not reachable, see status.clusters: " + strings.Join(unreachable, ", ")
+	case len(conflicting) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonConflict
+		ready.Message = "objects made in the clusters win over the hub's, see status.clusters: " + strings.Join(conflicting, ", ")
+	case len(failing) > 0:
+		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonSyncFailed
+		ready.Message = "objects not synced, see status.clusters: " + strings.Join(failing, ", ")
+	case len(pending) > 0:
+		ready.Status, ready.Reason = metav1.ConditionUnknown, syncv1alpha1.ReasonSyncing
+		ready.Message = "not synced yet: " + strings.Join(pending, ", ")
+	}
+	return ready
 }

@@ -2,24 +2,15 @@ package policysync
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -49,14 +40,23 @@ const revalidateAfter = time.Minute
 const informerSyncPoll = 200 * time.Millisecond
 
 // Syncer reconciles PolicySyncs: it watches the hub objects of their
-// resources, hands each cluster's worker (spoke) the copies it should
-// hold, and writes the PolicySync's status from what the workers report.
-// It is a manager.Runnable that needs leader election: its watches and
-// workers run only in the leader.
+// resources, hands each cluster's worker (spoke, ocmCluster) the copies it
+// should hold, and writes the PolicySync's status from what the workers
+// report. It is a manager.Runnable that needs leader election: its watches
+// and workers run only in the leader.
+//
+// Reconcile is safe for concurrent use with different PolicySyncs (the
+// controller reconciles several at once, never one PolicySync twice at
+// once). Its state is cut along what shares it: the hub watches
+// (hubWatches) and the kubeconfig Secrets (secrets) are shared by all
+// PolicySyncs and locked by their own sets, never across an API call; what
+// it keeps of each PolicySync is in a syncState of its own, locked by that
+// PolicySync's reconcile alone. No lock another PolicySync needs is held
+// across a call to the hub (discovery, SelfSubjectAccessReviews) or a
+// spoke.
 type Syncer struct {
 	client    client.Client
 	hub       dynamic.Interface
-	kube      kubernetes.Interface
 	validator *gvrValidator
 	opts      Options
 	logger    *slog.Logger
@@ -65,29 +65,60 @@ type Syncer struct {
 	events chan event.GenericEvent
 
 	started chan struct{}
-	ctx     context.Context // the leader's context, set by Start
+	ctx     context.Context // the leader's context, set by Start before started is closed
 
-	mu      sync.Mutex
-	watches map[schema.GroupVersionResource]*watch
-	secrets map[string]*watch // by Secret name, in opts.Namespace
-	syncs   map[string]*syncState
+	// hubWatches holds one informer per resource synced, shared by the
+	// PolicySyncs that sync it.
+	hubWatches *informerSet[schema.GroupVersionResource]
+	// secrets holds the spokes' kubeconfig Secrets.
+	secrets *kubeconfigSecrets
+
+	mu sync.Mutex // guards syncs, the map; each syncState has its own lock
+	// syncs holds what the Syncer keeps of each PolicySync, by name.
+	syncs map[string]*syncState
 }
 
-// watch is an informer on the hub shared by the PolicySyncs that use it,
-// stopped when the last one stops using it.
-type watch struct {
-	informer cache.SharedIndexInformer
-	stop     context.CancelFunc
-	users    map[string]bool
+// syncerDeps are what a Syncer talks to: the hub, through a
+// controller-runtime client (PolicySyncs, CustomResourceDefinitions read
+// uncached with reader, SelfSubjectAccessReviews), a dynamic client (the
+// objects to sync, ManifestWorks), a typed client (kubeconfig Secrets) and
+// discovery.
+type syncerDeps struct {
+	client    client.Client
+	reader    client.Reader
+	hub       dynamic.Interface
+	kube      kubernetes.Interface
+	discovery resourceDiscovery
+}
 
-	// failure is why the informer's last list or watch failed, nil if
-	// none did; read only while the informer has not synced. Guarded by
-	// Syncer.mu.
-	failure error
+// newSyncer returns a Syncer on deps; Start runs it.
+func newSyncer(deps syncerDeps, opts Options, logger *slog.Logger) *Syncer {
+	s := &Syncer{
+		client:    deps.client,
+		hub:       deps.hub,
+		validator: &gvrValidator{discovery: deps.discovery, reader: deps.reader, writer: deps.client},
+		opts:      opts,
+		logger:    logger,
+		events:    make(chan event.GenericEvent, eventBuffer),
+		started:   make(chan struct{}),
+		syncs:     map[string]*syncState{},
+	}
+	s.hubWatches = newInformerSet(func(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
+		return dynamicinformer.NewFilteredDynamicInformer(deps.hub, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	}, s.enqueue)
+	s.secrets = newKubeconfigSecrets(deps.kube, opts.Namespace, s.enqueue)
+	return s
 }
 
 // syncState is what the Syncer keeps of one PolicySync between reconciles.
+//
+// mu guards every field. It is held by the PolicySync's reconcile for as
+// long as it runs (validation on the hub, the stop of a worker and, when
+// the PolicySync is deleted, the deletion of its copies included), and by
+// Start when it stops the workers: nothing another PolicySync does waits
+// for it.
 type syncState struct {
+	mu          sync.Mutex
 	generation  int64
 	validatedAt time.Time
 	resources   []validatedGVR
@@ -96,14 +127,10 @@ type syncState struct {
 	// hub object's resourceVersion: a reconcile makes copies of the
 	// objects that changed only.
 	copies map[types.UID]cachedCopy
-	// status writes the status, and stop stops its goroutine.
+	// status writes the status, and stopStatus stops its goroutine; both
+	// are set when the syncState is made, and never changed.
 	status     *statusWriter
 	stopStatus context.CancelFunc
-}
-
-type cachedCopy struct {
-	resourceVersion string
-	copy            spokeCopy
 }
 
 // validatedGVR is an entry of spec.policiesToSync and why it cannot be
@@ -113,55 +140,20 @@ type validatedGVR struct {
 	err error
 }
 
-// clusterWorker keeps one cluster of one PolicySync in sync, in a
-// goroutine of its own (run): spoke for the direct transport, ocmCluster
-// for Open Cluster Management.
-type clusterWorker interface {
-	// setDesired hands the worker the state its cluster should reach.
-	setDesired(*desiredState)
-	// clusterStatus returns the cluster's status, and whether the worker
-	// has made a first pass yet.
-	clusterStatus() (syncv1alpha1.ClusterStatus, bool)
-	run(ctx context.Context)
-	// cleanup deletes what the worker made in its cluster; the worker's
-	// goroutine must be stopped first.
-	cleanup(ctx context.Context) error
-}
-
-// workerKey names a cluster's worker in a syncState: a cluster may be named
-// both in spec.clusters and spec.placement.
-type workerKey struct {
-	ocm     bool
-	cluster string
-}
-
-// runningSpoke is a cluster's worker and its goroutine.
-type runningSpoke struct {
-	clusterWorker
-	// direct is the worker when it is a spoke (direct transport), which
-	// also takes a kubeconfig; nil for Open Cluster Management.
-	direct *spoke
-	secret string
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (r *runningSpoke) stop() {
-	r.cancel()
-	<-r.done
-}
-
 // Start runs the Syncer's watches and workers until ctx is done.
 func (s *Syncer) Start(ctx context.Context) error {
 	s.ctx = ctx
 	close(s.started)
 	<-ctx.Done()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, st := range s.syncs {
+	states := slices.Collect(maps.Values(s.syncs))
+	s.mu.Unlock()
+	for _, st := range states {
+		st.mu.Lock()
 		for _, sp := range st.spokes {
 			sp.stop()
 		}
+		st.mu.Unlock()
 	}
 	return nil
 }
@@ -196,39 +188,58 @@ func (s *Syncer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 	return ctrl.Result{RequeueAfter: s.sync(ctx, &ps)}, nil
 }
 
+// state returns what the Syncer keeps of the PolicySync name, made (with
+// its status writer running) if there was none.
+func (s *Syncer) state(name string) *syncState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.syncs[name]
+	if st == nil {
+		st = &syncState{spokes: map[workerKey]*runningSpoke{}, status: newStatusWriter(s.client, name, s.logger)}
+		var statusCtx context.Context
+		statusCtx, st.stopStatus = context.WithCancel(s.ctx)
+		go st.status.run(statusCtx)
+		s.syncs[name] = st
+	}
+	return st
+}
+
+// take removes what the Syncer keeps of the PolicySync name and returns
+// it, nil if there was none.
+func (s *Syncer) take(name string) *syncState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.syncs[name]
+	delete(s.syncs, name)
+	return st
+}
+
 // sync brings the watches and the clusters' workers of ps up to date, and
 // hands its status to its status writer. It returns when to look at ps
 // again.
 func (s *Syncer) sync(ctx context.Context, ps *syncv1alpha1.PolicySync) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.syncs[ps.Name]
-	if st == nil {
-		st = &syncState{spokes: map[workerKey]*runningSpoke{}, status: newStatusWriter(s.client, ps.Name, s.logger)}
-		var statusCtx context.Context
-		statusCtx, st.stopStatus = context.WithCancel(s.ctx)
-		go st.status.run(statusCtx)
-		s.syncs[ps.Name] = st
-	}
+	st := s.state(ps.Name)
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	if st.generation != ps.Generation || time.Since(st.validatedAt) > revalidateAfter {
 		st.resources = s.validate(ctx, ps.Spec.PoliciesToSync)
 		st.generation, st.validatedAt = ps.Generation, time.Now()
 	}
 
-	synced := s.watchResources(ps.Name, st.resources)
+	stores, synced := s.watchResources(ps.Name, st.resources)
 	if !synced {
 		return informerSyncPoll
 	}
-	desired, buildErr := s.desiredState(ps, st)
+	desired, buildErr := desiredCopies(ps, st, stores)
 	if buildErr == nil {
 		s.runSpokes(ps.Name, st, &ps.Spec, desired)
 	}
 
-	st.status.set(s.status(ps, st, buildErr))
+	st.status.set(policySyncStatus(ps, st.resources, clusterReports(&ps.Spec, st.spokes), buildErr))
 	return revalidateAfter
 }
 
-// validate checks each resource of a PolicySync.
+// validate checks each resource of a PolicySync on the hub.
 func (s *Syncer) validate(ctx context.Context, gvrs []syncv1alpha1.GroupVersionResource) []validatedGVR {
 	out := make([]validatedGVR, 0, len(gvrs))
 	for _, g := range gvrs {
@@ -240,68 +251,22 @@ func (s *Syncer) validate(ctx context.Context, gvrs []syncv1alpha1.GroupVersionR
 
 // watchResources makes sure the hub is watched for every valid resource
 // of the PolicySync name and no longer on its behalf for the others. It
-// says whether every watch has filled its cache.
-func (s *Syncer) watchResources(name string, resources []validatedGVR) bool {
+// returns the watches' caches, and whether every one has been filled.
+func (s *Syncer) watchResources(name string, resources []validatedGVR) (map[schema.GroupVersionResource]cache.Store, bool) {
 	want := map[schema.GroupVersionResource]bool{}
-	for _, r := range resources {
-		if r.err == nil {
-			want[r.gvr] = true
-		}
-	}
+	stores := map[schema.GroupVersionResource]cache.Store{}
 	synced := true
-	for gvr := range want {
-		w := s.watches[gvr]
-		if w == nil {
-			w = s.startWatch(func(ctx context.Context) cache.SharedIndexInformer {
-				return dynamicinformer.NewFilteredDynamicInformer(s.hub, gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-			})
-			s.watches[gvr] = w
+	for _, r := range resources {
+		if r.err != nil || want[r.gvr] {
+			continue
 		}
-		w.users[name] = true
-		synced = synced && w.informer.HasSynced()
+		want[r.gvr] = true
+		w := s.hubWatches.use(s.ctx, r.gvr, name)
+		stores[r.gvr] = w.store
+		synced = synced && w.synced
 	}
-	for gvr, w := range s.watches {
-		if !want[gvr] {
-			s.release(w, name)
-			if len(w.users) == 0 {
-				delete(s.watches, gvr)
-			}
-		}
-	}
-	return synced
-}
-
-// startWatch starts an informer whose events reconcile its users.
-func (s *Syncer) startWatch(newInformer func(context.Context) cache.SharedIndexInformer) *watch {
-	ctx, cancel := context.WithCancel(s.ctx)
-	w := &watch{informer: newInformer(ctx), stop: cancel, users: map[string]bool{}}
-	notify := func(any) { s.notify(w) }
-	_, _ = w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    notify,
-		UpdateFunc: func(_, o any) { notify(o) },
-		DeleteFunc: notify,
-	})
-	// A list refused (a Secret the syncer may not read) leaves the
-	// informer unsynced and retrying: the failure is kept for the status.
-	_ = w.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-		s.mu.Lock()
-		w.failure = err
-		s.mu.Unlock()
-		s.notify(w)
-		cache.DefaultWatchErrorHandler(ctx, r, err)
-	})
-	go w.informer.RunWithContext(ctx)
-	return w
-}
-
-// notify reconciles the users of a watch.
-func (s *Syncer) notify(w *watch) {
-	s.mu.Lock()
-	users := slices.Collect(maps.Keys(w.users))
-	s.mu.Unlock()
-	for _, name := range users {
-		s.enqueue(name)
-	}
+	s.hubWatches.keepOnly(name, want)
+	return stores, synced
 }
 
 func (s *Syncer) enqueue(name string) {
@@ -309,66 +274,6 @@ func (s *Syncer) enqueue(name string) {
 	case s.events <- event.GenericEvent{Object: &syncv1alpha1.PolicySync{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
 	case <-s.ctx.Done():
 	}
-}
-
-// release stops using w on behalf of the PolicySync name, and stops w
-// when nobody uses it any more.
-func (s *Syncer) release(w *watch, name string) {
-	delete(w.users, name)
-	if len(w.users) == 0 {
-		w.stop()
-	}
-}
-
-// desiredState builds the copies the PolicySync wants in every cluster
-// from the hub watches' caches.
-func (s *Syncer) desiredState(ps *syncv1alpha1.PolicySync, st *syncState) (*desiredState, error) {
-	selector := labels.Everything()
-	if ps.Spec.Selector != nil {
-		var err error
-		if selector, err = metav1.LabelSelectorAsSelector(ps.Spec.Selector); err != nil {
-			return nil, fmt.Errorf("spec.selector: %w", err)
-		}
-	}
-	if _, err := compileFeedback(ps.Spec.StatusFeedback); err != nil {
-		return nil, err
-	}
-	d := &desiredState{copies: map[objectKey]spokeCopy{}, feedback: ps.Spec.StatusFeedback}
-	hash := sha256.New()
-	copies := make(map[types.UID]cachedCopy, len(st.copies))
-	for _, r := range st.resources {
-		if r.err != nil {
-			continue
-		}
-		d.gvrs = append(d.gvrs, r.gvr)
-		fmt.Fprintf(hash, "gvr %s\n", r.gvr)
-		for _, item := range s.watches[r.gvr].informer.GetStore().List() {
-			obj, ok := item.(*unstructured.Unstructured)
-			if !ok || !selector.Matches(labels.Set(obj.GetLabels())) {
-				continue
-			}
-			cached, ok := st.copies[obj.GetUID()]
-			if !ok || cached.resourceVersion != obj.GetResourceVersion() {
-				c, err := makeCopy(r.gvr, obj, ps.Name)
-				if err != nil {
-					return nil, err
-				}
-				cached = cachedCopy{resourceVersion: obj.GetResourceVersion(), copy: c}
-			}
-			copies[obj.GetUID()] = cached
-			d.copies[cached.copy.key] = cached.copy
-		}
-	}
-	st.copies = copies
-	keys := slices.SortedFunc(maps.Keys(d.copies), compareKeys)
-	for _, k := range keys {
-		fmt.Fprintf(hash, "%s %d %s\n", k, d.copies[k].hubGeneration, d.copies[k].digest)
-	}
-	for _, f := range ps.Spec.StatusFeedback {
-		fmt.Fprintf(hash, "feedback %q %q\n", f.Name, f.JSONPath)
-	}
-	d.digest = hex.EncodeToString(hash.Sum(nil))
-	return d, nil
 }
 
 // runSpokes starts a worker for each cluster of the PolicySync name that
@@ -382,9 +287,9 @@ func (s *Syncer) runSpokes(name string, st *syncState, spec *syncv1alpha1.Policy
 		key := workerKey{cluster: c.Name}
 		named[key] = true
 		sp := st.spokes[key]
-		secretName, secretErr := s.secretName(c.KubeconfigSecretRef)
+		secretName, secretErr := s.secrets.name(c.KubeconfigSecretRef)
 		if sp != nil && sp.secret != secretName {
-			s.releaseSecret(sp.secret, name)
+			s.secrets.release(sp.secret, name)
 		}
 		if sp == nil {
 			direct := newSpoke(name, c.Name, s.opts.ResyncPeriod, s.opts.SpokeTimeout, s.logger, changed)
@@ -395,7 +300,7 @@ func (s *Syncer) runSpokes(name string, st *syncState, spec *syncv1alpha1.Policy
 		sp.secret = secretName
 		if secretErr == nil {
 			var kubeconfig []byte
-			kubeconfig, secretErr = s.readKubeconfig(name, secretName, c.KubeconfigSecretRef.Key)
+			kubeconfig, secretErr = s.secrets.read(s.ctx, name, secretName, c.KubeconfigSecretRef.Key)
 			if !errors.Is(secretErr, errSecretNotRead) {
 				sp.direct.setKubeconfig(kubeconfig, secretErr)
 			}
@@ -422,7 +327,7 @@ func (s *Syncer) runSpokes(name string, st *syncState, spec *syncv1alpha1.Policy
 		}
 		delete(st.spokes, key)
 		sp.stop()
-		s.releaseSecret(sp.secret, name)
+		s.secrets.release(sp.secret, name)
 		go func() {
 			ctx, cancel := context.WithTimeout(s.ctx, s.opts.SpokeTimeout)
 			defer cancel()
@@ -444,59 +349,28 @@ func (s *Syncer) startWorker(w clusterWorker) *runningSpoke {
 	return sp
 }
 
-// secretName checks that a kubeconfig Secret is in the syncer's namespace:
-// a PolicySync may not make the syncer read Secrets elsewhere.
-func (s *Syncer) secretName(ref syncv1alpha1.SecretKeySelector) (string, error) {
-	if ref.Namespace != "" && ref.Namespace != s.opts.Namespace {
-		return "", fmt.Errorf("the kubeconfig Secret %s/%s is not in the syncer's namespace %s", ref.Namespace, ref.Name, s.opts.Namespace)
+// clusterReports reads what the workers of spokes report of the clusters
+// spec names, in its order.
+func clusterReports(spec *syncv1alpha1.PolicySyncSpec, spokes map[workerKey]*runningSpoke) []clusterReport {
+	var keys []workerKey
+	for _, c := range spec.Clusters {
+		keys = append(keys, workerKey{cluster: c.Name})
 	}
-	return ref.Name, nil
-}
-
-// errSecretNotRead: the watch of a kubeconfig Secret has not filled its
-// cache yet; its first event reconciles the PolicySync again.
-var errSecretNotRead = errors.New("the kubeconfig Secret is not read yet")
-
-// readKubeconfig returns a kubeconfig from the watched Secret name, which
-// it starts watching for the PolicySync user.
-func (s *Syncer) readKubeconfig(user, name, key string) ([]byte, error) {
-	w := s.secrets[name]
-	if w == nil {
-		w = s.startWatch(func(ctx context.Context) cache.SharedIndexInformer {
-			lw := cache.NewListWatchFromClient(s.kube.CoreV1().RESTClient(), "secrets", s.opts.Namespace,
-				fields.OneTermEqualSelector("metadata.name", name))
-			return cache.NewSharedIndexInformer(lw, &corev1.Secret{}, 0, cache.Indexers{})
-		})
-		s.secrets[name] = w
-	}
-	w.users[user] = true
-	if key == "" {
-		key = "kubeconfig"
-	}
-	if !w.informer.HasSynced() {
-		if w.failure != nil {
-			return nil, fmt.Errorf("reading the kubeconfig Secret %s/%s: %w", s.opts.Namespace, name, w.failure)
-		}
-		return nil, errSecretNotRead
-	}
-	item, ok, _ := w.informer.GetStore().GetByKey(s.opts.Namespace + "/" + name)
-	if !ok {
-		return nil, fmt.Errorf("the kubeconfig Secret %s/%s does not exist", s.opts.Namespace, name)
-	}
-	data, ok := item.(*corev1.Secret).Data[key]
-	if !ok {
-		return nil, fmt.Errorf("the kubeconfig Secret %s/%s has no key %q", s.opts.Namespace, name, key)
-	}
-	return data, nil
-}
-
-func (s *Syncer) releaseSecret(name, user string) {
-	if w := s.secrets[name]; w != nil {
-		s.release(w, user)
-		if len(w.users) == 0 {
-			delete(s.secrets, name)
+	if spec.Placement != nil {
+		for _, cluster := range spec.Placement.ClusterNames {
+			keys = append(keys, workerKey{ocm: true, cluster: cluster})
 		}
 	}
+	reports := make([]clusterReport, 0, len(keys))
+	for _, key := range keys {
+		r := clusterReport{name: key.cluster}
+		if sp := spokes[key]; sp != nil {
+			r.running = true
+			r.status, r.reported = sp.clusterStatus()
+		}
+		reports = append(reports, r)
+	}
+	return reports
 }
 
 // finalize deletes the copies of a deleted PolicySync from every cluster
@@ -507,11 +381,8 @@ func (s *Syncer) finalize(ctx context.Context, ps *syncv1alpha1.PolicySync) erro
 	if !controllerutil.ContainsFinalizer(ps, finalizer) {
 		return nil
 	}
-	s.mu.Lock()
-	st := s.syncs[ps.Name]
-	delete(s.syncs, ps.Name)
-	s.mu.Unlock()
-	if st != nil {
+	if st := s.take(ps.Name); st != nil {
+		st.mu.Lock()
 		var wg sync.WaitGroup
 		for key, sp := range st.spokes {
 			sp.stop()
@@ -524,9 +395,8 @@ func (s *Syncer) finalize(ctx context.Context, ps *syncv1alpha1.PolicySync) erro
 			})
 		}
 		wg.Wait()
-		s.mu.Lock()
 		s.releaseAll(ps.Name, st)
-		s.mu.Unlock()
+		st.mu.Unlock()
 	}
 	controllerutil.RemoveFinalizer(ps, finalizer)
 	return client.IgnoreNotFound(s.client.Update(ctx, ps))
@@ -535,13 +405,12 @@ func (s *Syncer) finalize(ctx context.Context, ps *syncv1alpha1.PolicySync) erro
 // forget stops everything done for a PolicySync that no longer exists
 // (deleted without its finalizer, or by a syncer that was not the leader).
 func (s *Syncer) forget(name string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.syncs[name]
+	st := s.take(name)
 	if st == nil {
 		return
 	}
-	delete(s.syncs, name)
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	for _, sp := range st.spokes {
 		sp.stop()
 	}
@@ -549,98 +418,9 @@ func (s *Syncer) forget(name string) {
 }
 
 // releaseAll stops the status writer of the PolicySync name and releases
-// its watches.
+// its watches. Called with st.mu held.
 func (s *Syncer) releaseAll(name string, st *syncState) {
 	st.stopStatus()
-	for _, sp := range st.spokes {
-		s.releaseSecret(sp.secret, name)
-	}
-	for gvr, w := range s.watches {
-		if w.users[name] {
-			s.release(w, name)
-			if len(w.users) == 0 {
-				delete(s.watches, gvr)
-			}
-		}
-	}
-}
-
-// status builds a PolicySync's status from its validation and its
-// workers' reports.
-func (s *Syncer) status(ps *syncv1alpha1.PolicySync, st *syncState, buildErr error) syncv1alpha1.PolicySyncStatus {
-	status := syncv1alpha1.PolicySyncStatus{
-		ObservedGeneration: ps.Generation,
-		Conditions:         slices.Clone(ps.Status.Conditions),
-	}
-	var invalid []string
-	for _, r := range st.resources {
-		g := syncv1alpha1.GVRStatus{Group: r.gvr.Group, Version: r.gvr.Version, Resource: r.gvr.Resource, Valid: r.err == nil}
-		if r.err != nil {
-			g.Message = r.err.Error()
-			invalid = append(invalid, displayGVR(r.gvr))
-		}
-		status.PoliciesToSync = append(status.PoliciesToSync, g)
-	}
-
-	var keys []workerKey
-	for _, c := range ps.Spec.Clusters {
-		keys = append(keys, workerKey{cluster: c.Name})
-	}
-	if ps.Spec.Placement != nil {
-		for _, cluster := range ps.Spec.Placement.ClusterNames {
-			keys = append(keys, workerKey{ocm: true, cluster: cluster})
-		}
-	}
-	var unreachable, conflicting, failing, pending []string
-	for _, key := range keys {
-		sp := st.spokes[key]
-		if sp == nil {
-			pending = append(pending, key.cluster)
-			continue
-		}
-		cs, reported := sp.clusterStatus()
-		if !reported {
-			pending = append(pending, key.cluster)
-			cs = syncv1alpha1.ClusterStatus{Name: key.cluster}
-		}
-		status.Clusters = append(status.Clusters, cs)
-		switch {
-		case !reported:
-		case !cs.Reachable:
-			unreachable = append(unreachable, key.cluster)
-		default:
-			if len(cs.Conflicts) > 0 {
-				conflicting = append(conflicting, key.cluster)
-			}
-			// A message on a reachable cluster is a ManifestWork the hub
-			// refused, which may hold no object (deleting it was refused).
-			if cs.Message != "" || slices.ContainsFunc(cs.Objects, func(o syncv1alpha1.ObjectStatus) bool { return !o.Synced }) {
-				failing = append(failing, key.cluster)
-			}
-		}
-	}
-
-	ready := metav1.Condition{Type: syncv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: syncv1alpha1.ReasonSynced,
-		Message: "every object is synced to every cluster", ObservedGeneration: ps.Generation}
-	switch {
-	case buildErr != nil:
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, syncv1alpha1.ReasonSyncFailed, buildErr.Error()
-	case len(invalid) > 0:
-		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonInvalidGVR
-		ready.Message = "not synced, see status.policiesToSync: " + strings.Join(invalid, ", ")
-	case len(unreachable) > 0:
-		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonClusterUnreachable
-		ready.Message = "clusters not reachable, see status.clusters: " + strings.Join(unreachable, ", ")
-	case len(conflicting) > 0:
-		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonConflict
-		ready.Message = "objects made in the clusters win over the hub's, see status.clusters: " + strings.Join(conflicting, ", ")
-	case len(failing) > 0:
-		ready.Status, ready.Reason = metav1.ConditionFalse, syncv1alpha1.ReasonSyncFailed
-		ready.Message = "objects not synced, see status.clusters: " + strings.Join(failing, ", ")
-	case len(pending) > 0:
-		ready.Status, ready.Reason = metav1.ConditionUnknown, syncv1alpha1.ReasonSyncing
-		ready.Message = "not synced yet: " + strings.Join(pending, ", ")
-	}
-	meta.SetStatusCondition(&status.Conditions, ready)
-	return status
+	s.secrets.releaseAll(name)
+	s.hubWatches.keepOnly(name, nil)
 }

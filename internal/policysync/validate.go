@@ -7,8 +7,8 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
@@ -23,11 +23,19 @@ var policyKinds = map[string]bool{
 	policiesv1.KindAdmissionPolicyGroup:        true,
 }
 
+// resourceDiscovery is the part of the hub's discovery client the syncer
+// uses (discovery.DiscoveryInterface has it).
+type resourceDiscovery interface {
+	// ServerResourcesForGroupVersion returns the resources the hub serves
+	// in a group version.
+	ServerResourcesForGroupVersion(groupVersion string) (*metav1.APIResourceList, error)
+}
+
 // gvrValidator checks the resources of a PolicySync against the hub, as
 // RFC 002 says: the resource exists, the syncer may list and watch it, and
 // it has the policy shape.
 type gvrValidator struct {
-	discovery discovery.DiscoveryInterface
+	discovery resourceDiscovery
 	// reader reads CustomResourceDefinitions without a cache; writer
 	// creates SelfSubjectAccessReviews.
 	reader client.Reader
