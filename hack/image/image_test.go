@@ -13,8 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,12 +23,13 @@ import (
 	"testing"
 	"time"
 
-	ggcr "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/registry/remote"
 	"sigs.k8s.io/yaml"
+
+	"github.com/wardenhq/warden/internal/testkit/ociregistry"
 )
 
 // testMeta is what the test images say about themselves.
@@ -56,15 +55,6 @@ func newTestBuilder(t *testing.T) *builder {
 	return &builder{moduleDir: root, workDir: t.TempDir(), meta: testMeta, caBundle: testCABundle, log: io.Discard}
 }
 
-// startRegistry serves go-containerregistry's in-process registry over
-// plain HTTP on 127.0.0.1 and returns its host:port.
-func startRegistry(t *testing.T) string {
-	t.Helper()
-	srv := httptest.NewServer(ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://")
-}
-
 // TestImage builds the fixture main package testdata/versioncmd with the
 // flags of the real images (a real binary costs minutes on a cold build
 // cache: every package is compiled again under CGO_ENABLED=0 -trimpath),
@@ -73,7 +63,7 @@ func startRegistry(t *testing.T) string {
 // config and files, and runs the binary taken out of the image.
 func TestImage(t *testing.T) {
 	ctx := t.Context()
-	host := startRegistry(t)
+	host := ociregistry.Start(t, ociregistry.Plain()).Host
 	p := platform{OS: "linux", Arch: runtime.GOARCH}
 	const pkg, name = "./hack/image/testdata/versioncmd", "versioncmd"
 
@@ -124,7 +114,7 @@ func TestImage(t *testing.T) {
 // and checks that the registry serves each platform's image.
 func TestIndex(t *testing.T) {
 	ctx := t.Context()
-	host := startRegistry(t)
+	host := ociregistry.Start(t, ociregistry.Plain()).Host
 	b := newTestBuilder(t)
 	platforms := []platform{{OS: "linux", Arch: "amd64"}, {OS: "linux", Arch: "arm64"}}
 	var images []platformImage

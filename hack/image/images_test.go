@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/wardenhq/warden/internal/testkit/ociregistry"
 )
 
 // TestRealImages builds the image of every binary under cmd/ for the
@@ -17,7 +19,7 @@ import (
 // takes minutes on a cold build cache, which is why it is behind a build
 // tag: go test -tags images ./hack/image
 func TestRealImages(t *testing.T) {
-	host := startRegistry(t)
+	host := ociregistry.Start(t, ociregistry.Plain()).Host
 	b := newTestBuilder(t)
 	b.log = t.Output()
 	names, err := binariesIn(b.moduleDir)

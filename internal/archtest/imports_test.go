@@ -48,7 +48,7 @@ var allCommands []string
 var testHelpers = []string{
 	"internal/clustertest", "internal/logtest", "internal/pkitest",
 	"internal/rego/regotest", "internal/verify/verifytest", "internal/observability/otlptest",
-	"internal/admission/admissiontest",
+	"internal/admission/admissiontest", "internal/testkit/ociregistry",
 }
 
 // importRules are the import rules of the package documentation, one entry
@@ -172,6 +172,11 @@ var importRules = []importRule{
 		doc:      "internal/testkit/testkit.go",
 		sentence: "Tests and test tools only; it imports nothing of Warden's.",
 		check:    onlyWarden("internal/testkit"),
+	},
+	{
+		doc:      "internal/testkit/ociregistry/ociregistry.go",
+		sentence: "Only tests import it.",
+		check:    onlyTests(w("internal/testkit/ociregistry")),
 	},
 	{
 		doc:      "internal/buildinfo/buildinfo.go",

@@ -6,8 +6,6 @@ import (
 	"crypto/x509"
 	"os"
 	"testing"
-
-	"github.com/wardenhq/warden/internal/pkitest"
 )
 
 // BenchmarkFetch5MB pulls a 5 MB module from the in-process registry over
@@ -17,10 +15,8 @@ import (
 //
 //	go test -run '^$' -bench Fetch5MB -benchtime 50x ./internal/policyfetch/
 func BenchmarkFetch5MB(b *testing.B) {
-	ca := pkitest.NewCA(b, "bench ca")
-	pair := ca.Server(b)
-	reg := startRegistry(b, registryOptions{tls: &pair})
-	src := &Sources{SourceAuthorities: map[string][]*x509.Certificate{reg.host: {ca.Cert}}}
+	reg := startRegistry(b, registryOptions{tls: true})
+	src := &Sources{SourceAuthorities: map[string][]*x509.Certificate{reg.host: {reg.ca.Cert}}}
 	module := make([]byte, 5<<20)
 	rand.Read(module)
 	copy(module, wasm(""))

@@ -18,44 +18,51 @@ import (
 	"sync"
 	"testing"
 
-	ggcr "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/wardenhq/warden/internal/pkitest"
+	"github.com/wardenhq/warden/internal/testkit/ociregistry"
 )
 
-// testRegistry is go-containerregistry's in-process registry served on
-// 127.0.0.1, counting the requests it answers.
+// testRegistry is the registry of internal/testkit/ociregistry, counting
+// the requests it answers.
 type testRegistry struct {
 	host string
+	ca   *pkitest.CA // signed its certificate; nil over plain HTTP
 
 	mu   sync.Mutex
 	hits map[string]int // "GET manifests", "GET blobs", ...
 }
 
 type registryOptions struct {
-	tls  *pkitest.Pair                   // serve TLS with this certificate
+	tls  bool                            // serve TLS (plain HTTP otherwise)
 	wrap func(http.Handler) http.Handler // put in front of the registry
 }
 
 func startRegistry(t testing.TB, opts registryOptions) *testRegistry {
 	t.Helper()
 	r := &testRegistry{hits: map[string]int{}}
-	var h http.Handler = ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0)))
-	if opts.wrap != nil {
-		h = opts.wrap(h)
-	}
-	counted := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		kind := "other"
-		for _, k := range []string{"manifests", "blobs"} {
-			if strings.Contains(req.URL.Path, "/"+k+"/") {
-				kind = k
-			}
+	count := func(h http.Handler) http.Handler {
+		if opts.wrap != nil {
+			h = opts.wrap(h)
 		}
-		r.mu.Lock()
-		r.hits[req.Method+" "+kind]++
-		r.mu.Unlock()
-		h.ServeHTTP(w, req)
-	})
-	r.host = serve(t, counted, opts.tls)
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			kind := "other"
+			for _, k := range []string{"manifests", "blobs"} {
+				if strings.Contains(req.URL.Path, "/"+k+"/") {
+					kind = k
+				}
+			}
+			r.mu.Lock()
+			r.hits[req.Method+" "+kind]++
+			r.mu.Unlock()
+			h.ServeHTTP(w, req)
+		})
+	}
+	opt := []ociregistry.Option{ociregistry.Wrap(count)}
+	if !opts.tls {
+		opt = append(opt, ociregistry.Plain())
+	}
+	reg := ociregistry.Start(t, opt...)
+	r.host, r.ca = reg.Host, reg.CA
 	return r
 }
 

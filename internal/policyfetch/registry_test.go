@@ -15,7 +15,6 @@ import (
 
 	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/wardenhq/warden/internal/pkitest"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/registry/remote"
 )
@@ -155,9 +154,8 @@ func TestFetchLatestAlwaysPulled(t *testing.T) {
 }
 
 func TestFetchRegistryTLS(t *testing.T) {
-	ca := pkitest.NewCA(t, "registry ca")
-	pair := ca.Server(t)
-	reg := startRegistry(t, registryOptions{tls: &pair})
+	reg := startRegistry(t, registryOptions{tls: true})
+	ca := reg.ca
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)

@@ -2,34 +2,23 @@ package policyserver_test
 
 import (
 	"context"
-	"io"
-	"log"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyfetch"
+	"github.com/wardenhq/warden/internal/testkit/ociregistry"
 )
 
 // TestRegistryModules loads a policy pushed to a real OCI registry (plain
 // HTTP, declared insecure in sources.yml) and keeps it in the download dir.
 func TestRegistryModules(t *testing.T) {
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	host := strings.TrimPrefix(reg.URL, "http://")
-
+	reg := ociregistry.Start(t, ociregistry.Plain())
+	host := reg.Host
+	sources := reg.SourcesFile(t)
 	dir := t.TempDir()
-	sources := filepath.Join(dir, "sources.yml")
-	if err := os.WriteFile(sources, []byte("insecure_sources: ["+host+"]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	wasm, err := os.ReadFile(policybuild.ForTest(t, "labels"))
 	if err != nil {
 		t.Fatal(err)
@@ -51,8 +40,7 @@ func TestRegistryModules(t *testing.T) {
 	if resp := ts.review(t, "/validate/labels", admissiontest.New(admissiontest.WithUID("u1"), admissiontest.WithLabels(map[string]string{"forbidden": "x"})).JSON()); resp.Allowed {
 		t.Error("the policy pulled from the registry accepted a forbidden label")
 	}
-	u, _ := url.Parse(reg.URL)
-	stored := filepath.Join(opts.DownloadDir, "registry", u.Host, "policies", "labels:v1.0.0")
+	stored := filepath.Join(opts.DownloadDir, "registry", host, "policies", "labels:v1.0.0")
 	if _, err := os.Stat(stored); err != nil {
 		t.Errorf("the module is not in the store: %v", err)
 	}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/wardenhq/warden/internal/testkit/ociregistry"
 )
 
 // readArchive returns the entries of a tar.gz: name to content.
@@ -86,17 +88,18 @@ func writeTestArchive(t *testing.T, entries ...archiveEntry) string {
 // TestSaveLoad pulls policies from a registry, saves them, and loads them
 // into the store of another home, where they run without the registry.
 func TestSaveLoad(t *testing.T) {
-	reg := startRegistry(t)
-	labels := "registry://" + reg.host + "/policies/labels:v1"
-	other := "registry://" + reg.host + "/team/deep/path/policies/labels:v2"
+	reg := ociregistry.Start(t)
+	sources := reg.SourcesFile(t)
+	labels := "registry://" + reg.Host + "/policies/labels:v1"
+	other := "registry://" + reg.Host + "/team/deep/path/policies/labels:v2"
 	module, err := os.ReadFile(policy(t, "labels"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	src := newEnv(t)
 	for _, uri := range []string{labels, other} {
-		src.mustRun("push", "--sources-path", reg.sources, policy(t, "labels"), uri)
-		src.mustRun("pull", "--sources-path", reg.sources, uri)
+		src.mustRun("push", "--sources-path", sources, policy(t, "labels"), uri)
+		src.mustRun("pull", "--sources-path", sources, uri)
 	}
 
 	out := filepath.Join(t.TempDir(), "policies.tar.gz")
@@ -105,7 +108,7 @@ func TestSaveLoad(t *testing.T) {
 		t.Errorf("save printed %q, want nothing (as kwctl)", r.stdout)
 	}
 	entries := readArchive(t, out)
-	wantNames := []string{"registry/" + reg.host + "/policies/labels:v1", "registry/" + reg.host + "/team/deep/path/policies/labels:v2"}
+	wantNames := []string{"registry/" + reg.Host + "/policies/labels:v1", "registry/" + reg.Host + "/team/deep/path/policies/labels:v2"}
 	var names []string
 	for name, b := range entries {
 		names = append(names, name)

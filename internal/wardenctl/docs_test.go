@@ -7,9 +7,6 @@ import (
 	"crypto/elliptic"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,7 +15,6 @@ import (
 	"strings"
 	"testing"
 
-	ggcr "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"sigs.k8s.io/yaml"
 
@@ -28,6 +24,7 @@ import (
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/rego/regotest"
+	"github.com/wardenhq/warden/internal/testkit/ociregistry"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -352,9 +349,7 @@ func runDocWalkthrough(t *testing.T, root string, b docBlock) {
 	if err := os.Symlink(filepath.Join(root, "testdata"), filepath.Join(w.sandbox, "testdata")); err != nil {
 		t.Fatal(err)
 	}
-	reg := httptest.NewServer(ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	w.registry = reg.Listener.Addr().String()
+	w.registry = ociregistry.Start(t, ociregistry.Plain()).Host
 	w.cwd = w.sandbox
 	t.Chdir(w.cwd)
 

@@ -4,23 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	ggcr "github.com/google/go-containerregistry/pkg/registry"
-
 	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/metadata"
-	"github.com/wardenhq/warden/internal/pkitest"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/wasm"
 )
@@ -127,30 +120,6 @@ func bareModule(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// testRegistry is go-containerregistry's in-process registry, served over
-// TLS on 127.0.0.1 with a certificate of a test CA, and the sources.yml that
-// trusts that CA.
-type testRegistry struct {
-	host    string
-	sources string
-}
-
-func startRegistry(t testing.TB) *testRegistry {
-	t.Helper()
-	ca := pkitest.NewCA(t, "registry ca")
-	pair := ca.Server(t)
-	srv := httptest.NewUnstartedServer(ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0))))
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair.TLSCertificate(t)}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	host := srv.Listener.Addr().String()
-	dir := t.TempDir()
-	caFile := write(t, dir, "ca.pem", string(ca.CertPEM))
-	sources := write(t, dir, "sources.yml", fmt.Sprintf("source_authorities:\n  %q:\n    - {type: Path, path: %s}\n", host, caFile))
-	return &testRegistry{host: host, sources: sources}
 }
 
 // podYAML is a pod with a label.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/pkitest"
+	"github.com/wardenhq/warden/internal/testkit/ociregistry"
 )
 
 // hostCallSettings returns the settings of the host-call test policy that
@@ -44,10 +45,11 @@ func message(t testing.TB, r result) (bool, string) {
 // registry, then replays the session with no registry configured: the
 // answers are the same, byte for byte.
 func TestRecordThenReplay(t *testing.T) {
-	reg := startRegistry(t)
+	reg := ociregistry.Start(t)
+	sources := reg.SourcesFile(t)
 	e := newEnv(t)
-	ref := reg.host + "/policies/labels:v1"
-	pushed := e.mustRun("push", "--sources-path", reg.sources, policy(t, "labels"), "registry://"+ref)
+	ref := reg.Host + "/policies/labels:v1"
+	pushed := e.mustRun("push", "--sources-path", sources, policy(t, "labels"), "registry://"+ref)
 	digest := regexp.MustCompile(`sha256:[0-9a-f]{64}`).FindString(pushed.stdout)
 	ca := pkitest.NewCA(t, "test ca")
 	leaf := ca.Server(t)
@@ -58,20 +60,20 @@ func TestRecordThenReplay(t *testing.T) {
 		"oci", "v1/manifest_digest", ref,
 		"crypto", "v1/is_certificate_trusted", map[string]any{"cert": cert(leaf.CertPEM), "cert_chain": []any{cert(ca.CertPEM)}, "not_after": nil},
 		"net", "v1/dns_lookup_host", "localhost",
-		"oci", "v1/manifest_digest", reg.host+"/policies/labels:v9",
+		"oci", "v1/manifest_digest", reg.Host+"/policies/labels:v9",
 	)
 	session := filepath.Join(t.TempDir(), "session.yml")
 	req := requestFile(t, `{"app": "web"}`, false)
 	policyPath := policy(t, "host-call")
 
-	recorded := e.mustRun("run", "-r", req, "--settings-json", settings, "--sources-path", reg.sources,
+	recorded := e.mustRun("run", "-r", req, "--settings-json", settings, "--sources-path", sources,
 		"--record-host-capabilities-interactions", session, policyPath)
 	allowed, msg := message(t, recorded)
 	for _, want := range []string{
 		`oci/v1/manifest_digest: {"digest":"` + digest + `"}`,
 		`crypto/v1/is_certificate_trusted: {"trusted":true,"reason":""}`,
 		`net/v1/dns_lookup_host: {"ips":[`,
-		`oci/v1/manifest_digest failed: Callback evaluation failure: reading ` + reg.host + `/policies/labels:v9: tag v9 not found`,
+		`oci/v1/manifest_digest failed: Callback evaluation failure: reading ` + reg.Host + `/policies/labels:v9: tag v9 not found`,
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("recorded run: message lacks %q:\n%s", want, msg)

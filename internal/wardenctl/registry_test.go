@@ -12,6 +12,7 @@ import (
 
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/policyfetch"
+	"github.com/wardenhq/warden/internal/testkit/ociregistry"
 )
 
 // annotatedLabels writes the labels policy with metadata that has a source
@@ -34,10 +35,10 @@ func annotatedLabels(t testing.TB) string {
 	return write(t, t.TempDir(), "labels.wasm", string(b))
 }
 
-// manifestOf reads the manifest of ref from the registry.
-func manifestOf(t testing.TB, reg *testRegistry, ref string) map[string]any {
+// manifestOf reads the manifest of ref from a registry sources trusts.
+func manifestOf(t testing.TB, sources, ref string) map[string]any {
 	t.Helper()
-	src, err := policyfetch.LoadSources(reg.sources)
+	src, err := policyfetch.LoadSources(sources)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,32 +60,33 @@ func manifestOf(t testing.TB, reg *testRegistry, ref string) map[string]any {
 
 func TestPushPullInspectRm(t *testing.T) {
 	e := newEnv(t)
-	reg := startRegistry(t)
+	reg := ociregistry.Start(t)
+	sources := reg.SourcesFile(t)
 	module := annotatedLabels(t)
 	content, err := os.ReadFile(module)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := "registry://" + reg.host + "/policies/labels:v1"
-	src := []string{"--sources-path", reg.sources}
+	ref := "registry://" + reg.Host + "/policies/labels:v1"
+	src := []string{"--sources-path", sources}
 
 	// push
 	r := e.mustRun(append([]string{"push"}, append(src, module, ref)...)...)
-	m := regexp.MustCompile(`^Policy successfully pushed: registry://` + regexp.QuoteMeta(reg.host) + `/policies/labels@(sha256:[0-9a-f]{64})\n$`).FindStringSubmatch(r.stdout)
+	m := regexp.MustCompile(`^Policy successfully pushed: registry://` + regexp.QuoteMeta(reg.Host) + `/policies/labels@(sha256:[0-9a-f]{64})\n$`).FindStringSubmatch(r.stdout)
 	if m == nil {
 		t.Fatalf("push printed %q", r.stdout)
 	}
 	manifestDigest := m[1]
-	ann, _ := manifestOf(t, reg, ref)["annotations"].(map[string]any)
+	ann, _ := manifestOf(t, sources, ref)["annotations"].(map[string]any)
 	if ann["io.kubewarden.policy.title"] != "labels" || ann[ociSourceAnnotation] != "https://example.com/labels" || ann[sourceAnnotation] != "https://example.com/labels" {
 		t.Errorf("manifest annotations %v: want the title, the source and its OCI copy", ann)
 	}
 	if _, ok := ann[usageAnnotation]; ok {
 		t.Errorf("the multi-line usage annotation reached the manifest")
 	}
-	r = e.mustRun(append([]string{"push", "-o", "json"}, append(src, module, reg.host+"/policies/labels:v2")...)...)
+	r = e.mustRun(append([]string{"push", "-o", "json"}, append(src, module, reg.Host+"/policies/labels:v2")...)...)
 	var js map[string]string
-	if err := json.Unmarshal([]byte(r.stdout), &js); err != nil || !strings.HasPrefix(js["immutable_ref"], "registry://"+reg.host+"/policies/labels@sha256:") {
+	if err := json.Unmarshal([]byte(r.stdout), &js); err != nil || !strings.HasPrefix(js["immutable_ref"], "registry://"+reg.Host+"/policies/labels@sha256:") {
 		t.Errorf("push -o json printed %q", r.stdout)
 	}
 
@@ -96,7 +98,7 @@ func TestPushPullInspectRm(t *testing.T) {
 
 	// pull into the store, then list it
 	r = e.mustRun(append([]string{"pull"}, append(src, ref)...)...)
-	stored := filepath.Join(e.storeDir(), "registry", reg.host, "policies", "labels:v1")
+	stored := filepath.Join(e.storeDir(), "registry", reg.Host, "policies", "labels:v1")
 	if got, err := os.ReadFile(stored); err != nil || !bytes.Equal(got, content) {
 		t.Fatalf("store file %s: %v (pull printed %q)", stored, err, r.stdout)
 	}
@@ -144,7 +146,8 @@ func TestPushPullInspectRm(t *testing.T) {
 }
 
 func TestRegistryErrors(t *testing.T) {
-	reg := startRegistry(t)
+	reg := ociregistry.Start(t)
+	sources := reg.SourcesFile(t)
 	bare := bareModule(t, "labels")
 	labels := policy(t, "labels")
 	tests := []struct {
@@ -153,21 +156,21 @@ func TestRegistryErrors(t *testing.T) {
 		code    int
 		wantErr string
 	}{
-		{name: "push without metadata", args: []string{"push", "--sources-path", reg.sources, bare, reg.host + "/p/bare:v1"},
+		{name: "push without metadata", args: []string{"push", "--sources-path", sources, bare, reg.Host + "/p/bare:v1"},
 			code: 1, wantErr: "has no metadata: annotate it with `wardenctl annotate`, or push it anyway with --force"},
-		{name: "push without metadata, forced", args: []string{"push", "-f", "--sources-path", reg.sources, bare, reg.host + "/p/bare:v1"}},
-		{name: "push to a digest", args: []string{"push", labels, reg.host + "/p/x@sha256:" + strings.Repeat("0", 64)},
+		{name: "push without metadata, forced", args: []string{"push", "-f", "--sources-path", sources, bare, reg.Host + "/p/bare:v1"}},
+		{name: "push to a digest", args: []string{"push", labels, reg.Host + "/p/x@sha256:" + strings.Repeat("0", 64)},
 			code: 2, wantErr: "push needs a tag, not a digest"},
 		{name: "push to https", args: []string{"push", labels, "https://example.com/x"}, code: 2, wantErr: "is not a registry reference"},
-		{name: "push, bad output", args: []string{"push", "-o", "xml", labels, reg.host + "/p/x:v1"}, code: 2, wantErr: `invalid --output "xml"`},
-		{name: "pull of a missing tag", args: []string{"pull", "--sources-path", reg.sources, "registry://" + reg.host + "/p/missing:v1"},
-			code: 1, wantErr: "fetching registry://" + reg.host + "/p/missing:v1"},
-		{name: "pull without trusting the registry", args: []string{"pull", "registry://" + reg.host + "/p/bare:v1"},
+		{name: "push, bad output", args: []string{"push", "-o", "xml", labels, reg.Host + "/p/x:v1"}, code: 2, wantErr: `invalid --output "xml"`},
+		{name: "pull of a missing tag", args: []string{"pull", "--sources-path", sources, "registry://" + reg.Host + "/p/missing:v1"},
+			code: 1, wantErr: "fetching registry://" + reg.Host + "/p/missing:v1"},
+		{name: "pull without trusting the registry", args: []string{"pull", "registry://" + reg.Host + "/p/bare:v1"},
 			code: 1, wantErr: "signed by an unknown authority"},
 		{name: "pull of a file into the store", args: []string{"pull", "file://" + labels}, code: 2, wantErr: "a file:// policy is read where it is"},
-		{name: "digest of a missing tag", args: []string{"digest", "--sources-path", reg.sources, reg.host + "/p/missing:v1"},
-			code: 1, wantErr: "reading " + reg.host + "/p/missing:v1: tag v1 not found in " + reg.host + "/p/missing"},
-		{name: "rm of what is not there", args: []string{"rm", "registry://" + reg.host + "/p/none:v1"}, code: 1, wantErr: "no policy of the store is"},
+		{name: "digest of a missing tag", args: []string{"digest", "--sources-path", sources, reg.Host + "/p/missing:v1"},
+			code: 1, wantErr: "reading " + reg.Host + "/p/missing:v1: tag v1 not found in " + reg.Host + "/p/missing"},
+		{name: "rm of what is not there", args: []string{"rm", "registry://" + reg.Host + "/p/none:v1"}, code: 1, wantErr: "no policy of the store is"},
 		{name: "inspect without metadata", args: []string{"inspect", bare}, code: 1, wantErr: "no Kubewarden metadata found inside of file://"},
 		{name: "inspect of native CEL", args: []string{"inspect", "builtin://cel"}, code: 1, wantErr: "it has no module and no metadata"},
 	}

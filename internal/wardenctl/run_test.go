@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/wardenhq/warden/internal/admission"
+	"github.com/wardenhq/warden/internal/testkit/ociregistry"
 )
 
 // decodeResponses parses the AdmissionResponses run prints, one per line.
@@ -192,14 +193,15 @@ func TestRunPatch(t *testing.T) {
 // the store by digest prefix.
 func TestRunRemote(t *testing.T) {
 	e := newEnv(t)
-	reg := startRegistry(t)
+	reg := ociregistry.Start(t)
+	sources := reg.SourcesFile(t)
 	labels := policy(t, "labels")
 	module, err := os.ReadFile(labels)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := "registry://" + reg.host + "/policies/labels:v1"
-	e.mustRun("push", "--sources-path", reg.sources, labels, ref)
+	ref := "registry://" + reg.Host + "/policies/labels:v1"
+	e.mustRun("push", "--sources-path", sources, labels, ref)
 
 	web := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/labels.wasm" {
@@ -218,7 +220,7 @@ func TestRunRemote(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"registry", []string{"run", "--sources-path", reg.sources, "-r", req, "--settings-json", settings, ref}},
+		{"registry", []string{"run", "--sources-path", sources, "-r", req, "--settings-json", settings, ref}},
 		{"https", []string{"run", "--sources-path", insecure, "-r", req, "--settings-json", settings, web.URL + "/labels.wasm"}},
 		{"digest prefix of the store", []string{"run", "-r", req, "--settings-json", settings, sha256Hex(module)[:12]}},
 	}

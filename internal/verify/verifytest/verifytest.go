@@ -1,5 +1,5 @@
-// Package verifytest helps tests that sign and verify policy modules: an
-// OCI registry on 127.0.0.1 over TLS, fresh key pairs, and signature
+// Package verifytest helps tests that sign and verify policy modules: the
+// OCI registry of internal/testkit/ociregistry, fresh key pairs, and signature
 // artifacts written by hand, byte by byte as cosign lays them out, so that
 // tests can also write broken ones. Only tests import it.
 package verifytest
@@ -13,73 +13,42 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"io"
-	"log"
 	"math/big"
-	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	ggcr "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 
-	"github.com/wardenhq/warden/internal/pkitest"
 	"github.com/wardenhq/warden/internal/policyfetch"
+	"github.com/wardenhq/warden/internal/testkit/ociregistry"
 	"github.com/wardenhq/warden/internal/verify"
 )
 
-// Registry is go-containerregistry's in-process registry, served on
-// 127.0.0.1 over TLS with a throwaway certificate authority.
+// Registry is the registry of internal/testkit/ociregistry, served over
+// TLS, with what a test of signatures needs of it.
 type Registry struct {
-	// Host is 127.0.0.1:port.
-	Host string
-	// CA signed the registry's certificate.
-	CA *pkitest.CA
+	*ociregistry.Registry
 }
 
 // StartRegistry starts a registry that stops with the test.
 func StartRegistry(t testing.TB) *Registry {
 	t.Helper()
-	ca := pkitest.NewCA(t, "registry ca")
-	srv := httptest.NewUnstartedServer(ggcr.New(ggcr.Logger(log.New(io.Discard, "", 0))))
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Server(t).TLSCertificate(t)}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	return &Registry{Host: srv.Listener.Addr().String(), CA: ca}
+	return &Registry{ociregistry.Start(t)}
 }
 
 // Sources trusts the registry's certificate authority.
 func (r *Registry) Sources() *policyfetch.Sources {
 	return &policyfetch.Sources{SourceAuthorities: map[string][]*x509.Certificate{r.Host: {r.CA.Cert}}}
-}
-
-// SourcesFile writes a sources.yml that trusts the registry's certificate
-// authority and returns its path.
-func (r *Registry) SourcesFile(t testing.TB) string {
-	t.Helper()
-	data, err := json.Marshal(string(r.CA.CertPEM))
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "sources.yml")
-	doc := fmt.Sprintf("source_authorities:\n  %q:\n    - {type: Data, data: %s}\n", r.Host, data)
-	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // Fetcher returns a Fetcher of the registry with an empty store, no Docker
