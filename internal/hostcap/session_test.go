@@ -11,114 +11,9 @@ import (
 	"testing"
 )
 
-// kwctlSession is written the way kwctl writes sessions (serde_yaml): the
-// request a YAML document in a literal block, options as null, single-quoted
-// payloads; the first request has no field_masks, as older kwctl versions
-// write it.
-const kwctlSession = `- type: Exchange
-  request: |
-    !KubernetesGetResource
-    api_version: v1
-    kind: Namespace
-    name: team-a
-    namespace: null
-    disable_cache: false
-  response:
-    type: Success
-    payload: '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-a","labels":{"owner":"alice"}}}'
-- type: Exchange
-  request: |
-    !KubernetesGetResource
-    api_version: v1
-    kind: Namespace
-    name: team-b
-    namespace: null
-    disable_cache: false
-    field_masks: null
-  response:
-    type: Error
-    message: Cannot find v1/Namespace named 'team-b' inside of namespace 'None'
-- type: Exchange
-  request: |
-    !KubernetesListResourceAll
-    api_version: networking.k8s.io/v1
-    kind: Ingress
-    label_selector: null
-    field_selector: null
-    field_masks:
-    - metadata.name
-    - spec.rules.host
-  response:
-    type: Success
-    payload: |
-      {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "IngressList",
-        "metadata": {},
-        "items": []
-      }
-- type: Exchange
-  request: |
-    !KubernetesCanI
-    request:
-      groups:
-      - developers
-      resource_attributes:
-        group: apps
-        name: null
-        namespace: team-a
-        resource: deployments
-        subresource: null
-        verb: create
-        version: null
-      user: alice
-    disable_cache: false
-  response:
-    type: Success
-    payload: '{"allowed":true,"reason":"RBAC: allowed by RoleBinding"}'
-- type: Exchange
-  request: |
-    !OciManifestDigest
-    image: registry.example.com/app:1.0
-  response:
-    type: Success
-    payload: '{"digest":"sha256:0000000000000000000000000000000000000000000000000000000000000001"}'
-- type: Exchange
-  request: |
-    !CryptoIsCertificateTrusted
-    request:
-      cert:
-        encoding: Pem
-        data:
-        - 45
-        - 45
-      cert_chain: null
-      not_after: null
-  response:
-    type: Success
-    payload: '{"trusted":false,"reason":"Certificate is not trusted by the provided cert chain"}'
-- type: Exchange
-  request: |
-    !SigstorePubKeyVerify
-    image: registry.example.com/app:1.0
-    pub_keys:
-    - |
-      -----BEGIN PUBLIC KEY-----
-      AAAA
-      -----END PUBLIC KEY-----
-    annotations:
-      env: prod
-  response:
-    type: Success
-    payload: '{"is_trusted":true,"digest":"sha256:0000000000000000000000000000000000000000000000000000000000000001"}'
-- type: Exchange
-  request: |
-    !DNSLookupHost
-    host: example.com
-  response:
-    type: Success
-    payload: '{"ips":["192.0.2.1"]}'
-`
+// kwctlSession is a session file as kwctl writes it, which the tests of
+// internal/wardenctl replay too.
+var kwctlSession = filepath.Join("testdata", "kwctl-session.yml")
 
 // The requests of kwctlSession, as the guests of the test send them.
 var kwctlRequests = []struct{ ns, op, payload string }{
@@ -130,12 +25,13 @@ var kwctlRequests = []struct{ ns, op, payload string }{
 	{"crypto", "v1/is_certificate_trusted", `{"cert":{"encoding":"Pem","data":[45,45]},"cert_chain":null,"not_after":""}`},
 	{"oci", "v2/verify", `{"type":"SigstorePubKeyVerify","image":"registry.example.com/app:1.0","pub_keys":["-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"],"annotations":{"env":"prod"}}`},
 	{"net", "v1/dns_lookup_host", `"example.com"`},
+	{"kubernetes", "list_resources_by_namespace", `{"api_version":"v1","kind":"ConfigMap","namespace":"team-a","label_selector":"app=web"}`},
 }
 
 // TestReplayKwctlSession replays a session in kwctl's format: every request
 // gets its recorded answer, errors with Kubewarden's prefix.
 func TestReplayKwctlSession(t *testing.T) {
-	s, err := ParseSession([]byte(kwctlSession))
+	s, err := LoadSession(kwctlSession)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +44,7 @@ func TestReplayKwctlSession(t *testing.T) {
 		`{"trusted":false,"reason":"Certificate is not trusted by the provided cert chain"}`,
 		`{"is_trusted":true,"digest":"sha256:0000000000000000000000000000000000000000000000000000000000000001"}`,
 		`{"ips":["192.0.2.1"]}`,
+		`{"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {}, "items": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web", "namespace": "team-a"}, "data": {"k": "v"}}]}`,
 	}
 	r := NewReplayer(s, "session.yml", nil)
 	host := NewHost(r)
@@ -210,7 +107,7 @@ func TestReplayer(t *testing.T) {
 // TestRecordThenReplay records exchanges, writes them, reads them back and
 // replays them: same answers, without the handler that recorded them.
 func TestRecordThenReplay(t *testing.T) {
-	s, err := ParseSession([]byte(kwctlSession))
+	s, err := LoadSession(kwctlSession)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +207,7 @@ func TestParseSessionErrors(t *testing.T) {
 // TestConcurrentReplayAndRecord makes calls from several goroutines through
 // a Recorder in front of a Replayer (run it with -race).
 func TestConcurrentReplayAndRecord(t *testing.T) {
-	s, err := ParseSession([]byte(kwctlSession))
+	s, err := LoadSession(kwctlSession)
 	if err != nil {
 		t.Fatal(err)
 	}

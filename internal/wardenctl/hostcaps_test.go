@@ -109,49 +109,15 @@ func TestRecordThenReplay(t *testing.T) {
 	}
 }
 
-// kwctlSession is a session file as kwctl writes it, by hand: a namespace
-// found, one not found, a list.
-const kwctlSession = `- type: Exchange
-  request: |
-    !KubernetesGetResource
-    api_version: v1
-    kind: Namespace
-    name: team-a
-    namespace: null
-    disable_cache: false
-  response:
-    type: Success
-    payload: '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-a","labels":{"owner":"alice"}}}'
-- type: Exchange
-  request: |
-    !KubernetesGetResource
-    api_version: v1
-    kind: Namespace
-    name: team-b
-    namespace: null
-    disable_cache: false
-  response:
-    type: Error
-    message: Cannot find v1/Namespace named 'team-b' inside of namespace 'None'
-- type: Exchange
-  request: |
-    !KubernetesListResourceNamespace
-    api_version: v1
-    kind: ConfigMap
-    namespace: team-a
-    label_selector: app=web
-    field_selector: null
-  response:
-    type: Success
-    payload: |-
-      {"apiVersion": "v1", "kind": "ConfigMapList", "metadata": {}, "items": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "web", "namespace": "team-a"}, "data": {"k": "v"}}]}
-`
+// kwctlSession is a session file as kwctl writes it, by hand: among others,
+// a namespace found, one not found, a list of ConfigMaps. internal/hostcap's
+// tests replay it too.
+var kwctlSession = filepath.Join("..", "hostcap", "testdata", "kwctl-session.yml")
 
 // TestReplayKwctlSession replays a hand-written session in kwctl's format,
 // without any cluster, with and without --allow-context-aware.
 func TestReplayKwctlSession(t *testing.T) {
-	dir := t.TempDir()
-	session := write(t, dir, "session.yml", kwctlSession)
+	session := kwctlSession
 	req := requestFile(t, `{"app": "web"}`, false)
 	policyPath := policy(t, "host-call")
 	get := func(name string) map[string]any {
