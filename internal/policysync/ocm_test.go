@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -181,4 +182,70 @@ func equalSeconds(got []time.Duration, want []time.Duration) bool {
 		}
 	}
 	return true
+}
+
+// TestWorkStatus: how the work agent's conditions and feedback on a
+// ManifestWork become the cluster's status.
+func TestWorkStatus(t *testing.T) {
+	manifest := func(applied string, message string, values ...any) map[string]any {
+		m := map[string]any{
+			"resourceMeta": map[string]any{"group": rlp.Group, "resource": rlp.Resource, "namespace": "team", "name": "limits"},
+			"conditions":   []any{map[string]any{"type": "Applied", "status": applied, "message": message}},
+		}
+		if len(values) > 0 {
+			m["statusFeedback"] = map[string]any{"values": values}
+		}
+		return m
+	}
+	value := func(name string, field map[string]any) any { return map[string]any{"name": name, "fieldValue": field} }
+	work := func(generation, appliedAt int64, manifests ...any) *unstructured.Unstructured {
+		w := &unstructured.Unstructured{Object: map[string]any{}}
+		w.SetName("policysync-fleet")
+		w.SetGeneration(generation)
+		if appliedAt >= 0 {
+			_ = unstructured.SetNestedSlice(w.Object, []any{map[string]any{"type": "Applied", "status": "True", "observedGeneration": appliedAt}}, "status", "conditions")
+		}
+		_ = unstructured.SetNestedSlice(w.Object, manifests, "status", "resourceStatus", "manifests")
+		return w
+	}
+	object := func(synced bool, message string, feedback map[string]string) []syncv1alpha1.ObjectStatus {
+		return []syncv1alpha1.ObjectStatus{{Group: rlp.Group, Resource: rlp.Resource, Namespace: "team", Name: "limits",
+			HubGeneration: 3, Synced: synced, Message: message, Feedback: feedback}}
+	}
+	for _, tc := range []struct {
+		name string
+		work *unstructured.Unstructured
+		want syncv1alpha1.ClusterStatus
+	}{
+		{"no ManifestWork: nothing to hold", nil, syncv1alpha1.ClusterStatus{Name: "edge-1", Reachable: true}},
+		{"the agent has not reported", work(1, -1), syncv1alpha1.ClusterStatus{Name: "edge-1",
+			Message: "the work agent of edge-1 has not reported on ManifestWork policysync-fleet yet",
+			Objects: object(false, "not applied by the work agent yet", nil)}},
+		{"applied at an older generation", work(2, 1, manifest("True", "")), syncv1alpha1.ClusterStatus{Name: "edge-1", Reachable: true,
+			Objects: object(false, "not applied by the work agent yet", nil)}},
+		{"not among the manifests reported", work(1, 1), syncv1alpha1.ClusterStatus{Name: "edge-1", Reachable: true,
+			Objects: object(false, "not applied by the work agent yet", nil)}},
+		{"refused in the cluster", work(1, 1, manifest("False", "Apply failed: conflict with local-manager")), syncv1alpha1.ClusterStatus{
+			Name: "edge-1", Reachable: true, Objects: object(false, "Apply failed: conflict with local-manager", nil)}},
+		{"applied, no feedback", work(1, 1, manifest("True", "")), syncv1alpha1.ClusterStatus{Name: "edge-1", Reachable: true,
+			Objects: object(true, "", nil)}},
+		{"applied, with feedback", work(1, 1, manifest("True", "",
+			value("policyStatus", map[string]any{"type": "String", "string": "active"}),
+			value("limit", map[string]any{"type": "Integer", "integer": int64(10)}),
+			value("enabled", map[string]any{"type": "Boolean", "boolean": true}),
+			value("targetRef", map[string]any{"type": "JsonRaw", "jsonRaw": `{"kind":"Gateway"}`}),
+		)), syncv1alpha1.ClusterStatus{Name: "edge-1", Reachable: true, Objects: object(true, "",
+			map[string]string{"policyStatus": "active", "limit": "10", "enabled": "true", "targetRef": `{"kind":"Gateway"}`})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			desired := oneCopy(t)
+			if tc.work == nil {
+				desired.copies = nil
+			}
+			got := workStatus("edge-1", tc.work, desired)
+			if !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("status:\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
 }
