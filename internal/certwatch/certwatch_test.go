@@ -3,12 +3,8 @@ package certwatch
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -23,88 +19,17 @@ import (
 	"time"
 
 	"github.com/wardenhq/warden/internal/logtest"
+	"github.com/wardenhq/warden/internal/pkitest"
 	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // --- fixtures ---------------------------------------------------------------
 
-// testCA is a certificate authority made up for a test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T, name string) *testCA {
+// clientCert returns a client certificate of ca named name.
+func clientCert(t *testing.T, ca *pkitest.CA, name string) *tls.Certificate {
 	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
-}
-
-// issue returns a certificate and key in PEM, for a server on localhost or
-// for a client.
-func (ca *testCA) issue(t *testing.T, serial int64, client bool) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: fmt.Sprintf("leaf-%d", serial)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	if client {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-}
-
-func (ca *testCA) clientCert(t *testing.T, serial int64) *tls.Certificate {
-	t.Helper()
-	certPEM, keyPEM := ca.issue(t, serial, true)
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &pair
+	c := ca.Client(t, name).TLSCertificate(t)
+	return &c
 }
 
 func writeFile(t *testing.T, path string, data []byte) {
@@ -179,23 +104,20 @@ func dial(addr string, roots *x509.CertPool, clientCert *tls.Certificate) (*big.
 	return conn.ConnectionState().PeerCertificates[0].SerialNumber, nil
 }
 
-func pool(cas ...*testCA) *x509.CertPool {
-	p := x509.NewCertPool()
-	for _, ca := range cas {
-		p.AddCert(ca.cert)
-	}
-	return p
-}
-
-// servedSerial returns the serial the server presents now, failing the test
-// if the connection fails.
-func servedSerial(t *testing.T, addr string, roots *x509.CertPool, clientCert *tls.Certificate) int64 {
+// serving tells whether the server presents pair's certificate now,
+// failing the test if the connection fails.
+func serving(t *testing.T, addr string, roots *x509.CertPool, clientCert *tls.Certificate, pair pkitest.Pair) bool {
 	t.Helper()
 	serial, err := dial(addr, roots, clientCert)
 	if err != nil {
 		t.Fatalf("connecting: %v", err)
 	}
-	return serial.Int64()
+	block, _ := pem.Decode(pair.CertPEM)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serial.Cmp(cert.SerialNumber) == 0
 }
 
 // start creates a Watcher on the files, runs it until the test ends and
@@ -226,12 +148,11 @@ func start(t *testing.T, certFile, keyFile string, caFiles []string, resync time
 // --- tests ------------------------------------------------------------------
 
 func TestNewErrors(t *testing.T) {
-	ca := newCA(t, "ca")
-	cert1, key1 := ca.issue(t, 1, false)
-	_, key2 := ca.issue(t, 2, false)
+	ca := pkitest.NewCA(t, "ca")
+	pair1, pair2 := ca.Server(t), ca.Server(t)
 	dir := t.TempDir()
 	files := map[string][]byte{
-		"cert1": cert1, "key1": key1, "key2": key2, "ca": ca.pem,
+		"cert1": pair1.CertPEM, "key1": pair1.KeyPEM, "key2": pair2.KeyPEM, "ca": ca.CertPEM,
 		"garbage": []byte("not PEM"), "empty": nil,
 	}
 	for name, data := range files {
@@ -272,25 +193,25 @@ func TestNewErrors(t *testing.T) {
 }
 
 func TestReloadPlainRewrite(t *testing.T) {
-	ca := newCA(t, "ca")
-	roots := pool(ca)
+	ca := pkitest.NewCA(t, "ca")
+	roots := ca.Pool()
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	cert1, key1 := ca.issue(t, 1001, false)
-	writeFile(t, certFile, cert1)
-	writeFile(t, keyFile, key1)
+	pair1 := ca.Server(t)
+	writeFile(t, certFile, pair1.CertPEM)
+	writeFile(t, keyFile, pair1.KeyPEM)
 	_, logs, addr := start(t, certFile, keyFile, nil, time.Hour) // events only
 
-	if got := servedSerial(t, addr, roots, nil); got != 1001 {
-		t.Fatalf("serial = %d, want 1001", got)
+	if !serving(t, addr, roots, nil, pair1) {
+		t.Fatal("the server does not present certificate 1")
 	}
 
 	// Rewrite both files in place; the watcher may see the new certificate
 	// with the old key in between, which must not be served.
-	cert2, key2 := ca.issue(t, 1002, false)
-	writeFile(t, certFile, cert2)
-	writeFile(t, keyFile, key2)
-	testkit.Eventually(t, 20*time.Second, "serial 1002", func() bool { return servedSerial(t, addr, roots, nil) == 1002 })
+	pair2 := ca.Server(t)
+	writeFile(t, certFile, pair2.CertPEM)
+	writeFile(t, keyFile, pair2.KeyPEM)
+	testkit.Eventually(t, 20*time.Second, "certificate 2 served", func() bool { return serving(t, addr, roots, nil, pair2) })
 	testkit.Eventually(t, 20*time.Second, "reload logged", func() bool { return len(logLines(logs, msgCertReloaded)) > 0 })
 
 	// A broken key: the previous pair keeps being served, and a warning says why.
@@ -300,15 +221,15 @@ func TestReloadPlainRewrite(t *testing.T) {
 	if line := logLines(logs, msgCertReloadFailed)[0]; !strings.Contains(line, "level=WARN") || !strings.Contains(line, "error=") {
 		t.Errorf("failure log = %q, want a warning with an error", line)
 	}
-	if got := servedSerial(t, addr, roots, nil); got != 1002 {
-		t.Errorf("serial after broken key = %d, want 1002", got)
+	if !serving(t, addr, roots, nil, pair2) {
+		t.Error("after a broken key, the server does not present certificate 2")
 	}
 
 	// The next good pair is picked up.
-	cert3, key3 := ca.issue(t, 1003, false)
-	writeFile(t, keyFile, key3)
-	writeFile(t, certFile, cert3)
-	testkit.Eventually(t, 20*time.Second, "serial 1003", func() bool { return servedSerial(t, addr, roots, nil) == 1003 })
+	pair3 := ca.Server(t)
+	writeFile(t, keyFile, pair3.KeyPEM)
+	writeFile(t, certFile, pair3.CertPEM)
+	testkit.Eventually(t, 20*time.Second, "certificate 3 served", func() bool { return serving(t, addr, roots, nil, pair3) })
 }
 
 // atomicWriter lays files out as Kubernetes does for a mounted Secret:
@@ -356,45 +277,45 @@ func (a *atomicWriter) write(t *testing.T, files map[string][]byte) {
 }
 
 func TestReloadKubernetesSymlinkSwap(t *testing.T) {
-	ca := newCA(t, "ca")
-	roots := pool(ca)
+	ca := pkitest.NewCA(t, "ca")
+	roots := ca.Pool()
 	secret := &atomicWriter{dir: t.TempDir()}
-	cert1, key1 := ca.issue(t, 2001, false)
-	secret.write(t, map[string][]byte{"tls.crt": cert1, "tls.key": key1})
+	pair1 := ca.Server(t)
+	secret.write(t, map[string][]byte{"tls.crt": pair1.CertPEM, "tls.key": pair1.KeyPEM})
 	certFile, keyFile := filepath.Join(secret.dir, "tls.crt"), filepath.Join(secret.dir, "tls.key")
 	_, logs, addr := start(t, certFile, keyFile, nil, time.Hour) // events only
 
-	if got := servedSerial(t, addr, roots, nil); got != 2001 {
-		t.Fatalf("serial = %d, want 2001", got)
+	if !serving(t, addr, roots, nil, pair1) {
+		t.Fatal("the server does not present certificate 1")
 	}
 
-	cert2, key2 := ca.issue(t, 2002, false)
-	secret.write(t, map[string][]byte{"tls.crt": cert2, "tls.key": key2})
-	testkit.Eventually(t, 20*time.Second, "serial 2002", func() bool { return servedSerial(t, addr, roots, nil) == 2002 })
+	pair2 := ca.Server(t)
+	secret.write(t, map[string][]byte{"tls.crt": pair2.CertPEM, "tls.key": pair2.KeyPEM})
+	testkit.Eventually(t, 20*time.Second, "certificate 2 served", func() bool { return serving(t, addr, roots, nil, pair2) })
 
 	// A Secret whose key does not match its certificate.
 	logs.Reset()
-	cert3, _ := ca.issue(t, 2003, false)
-	secret.write(t, map[string][]byte{"tls.crt": cert3, "tls.key": key1})
+	pair3 := ca.Server(t)
+	secret.write(t, map[string][]byte{"tls.crt": pair3.CertPEM, "tls.key": pair1.KeyPEM})
 	testkit.Eventually(t, 20*time.Second, "reload failure logged", func() bool { return len(logLines(logs, msgCertReloadFailed)) > 0 })
-	if got := servedSerial(t, addr, roots, nil); got != 2002 {
-		t.Errorf("serial after mismatched pair = %d, want 2002", got)
+	if !serving(t, addr, roots, nil, pair2) {
+		t.Error("after a mismatched pair, the server does not present certificate 2")
 	}
 
-	cert4, key4 := ca.issue(t, 2004, false)
-	secret.write(t, map[string][]byte{"tls.crt": cert4, "tls.key": key4})
-	testkit.Eventually(t, 20*time.Second, "serial 2004", func() bool { return servedSerial(t, addr, roots, nil) == 2004 })
+	pair4 := ca.Server(t)
+	secret.write(t, map[string][]byte{"tls.crt": pair4.CertPEM, "tls.key": pair4.KeyPEM})
+	testkit.Eventually(t, 20*time.Second, "certificate 4 served", func() bool { return serving(t, addr, roots, nil, pair4) })
 }
 
 // TestResyncWithoutEvents changes the files where no watch sees it: the
 // served files are symlinks into another directory.
 func TestResyncWithoutEvents(t *testing.T) {
-	ca := newCA(t, "ca")
-	roots := pool(ca)
+	ca := pkitest.NewCA(t, "ca")
+	roots := ca.Pool()
 	watched, elsewhere := t.TempDir(), t.TempDir()
-	cert1, key1 := ca.issue(t, 3001, false)
-	writeFile(t, filepath.Join(elsewhere, "tls.crt"), cert1)
-	writeFile(t, filepath.Join(elsewhere, "tls.key"), key1)
+	pair1 := ca.Server(t)
+	writeFile(t, filepath.Join(elsewhere, "tls.crt"), pair1.CertPEM)
+	writeFile(t, filepath.Join(elsewhere, "tls.key"), pair1.KeyPEM)
 	for _, name := range []string{"tls.crt", "tls.key"} {
 		if err := os.Symlink(filepath.Join(elsewhere, name), filepath.Join(watched, name)); err != nil {
 			t.Fatal(err)
@@ -402,36 +323,36 @@ func TestResyncWithoutEvents(t *testing.T) {
 	}
 	_, _, addr := start(t, filepath.Join(watched, "tls.crt"), filepath.Join(watched, "tls.key"), nil, 50*time.Millisecond)
 
-	cert2, key2 := ca.issue(t, 3002, false)
-	writeFile(t, filepath.Join(elsewhere, "tls.crt"), cert2)
-	writeFile(t, filepath.Join(elsewhere, "tls.key"), key2)
-	testkit.Eventually(t, 20*time.Second, "serial 3002", func() bool { return servedSerial(t, addr, roots, nil) == 3002 })
+	pair2 := ca.Server(t)
+	writeFile(t, filepath.Join(elsewhere, "tls.crt"), pair2.CertPEM)
+	writeFile(t, filepath.Join(elsewhere, "tls.key"), pair2.KeyPEM)
+	testkit.Eventually(t, 20*time.Second, "certificate 2 served", func() bool { return serving(t, addr, roots, nil, pair2) })
 }
 
 func TestMutualTLS(t *testing.T) {
-	serverCA, clientCA, otherCA := newCA(t, "server-ca"), newCA(t, "client-ca"), newCA(t, "other-ca")
-	roots := pool(serverCA)
+	serverCA, clientCA, otherCA := pkitest.NewCA(t, "server-ca"), pkitest.NewCA(t, "client-ca"), pkitest.NewCA(t, "other-ca")
+	roots := serverCA.Pool()
 	dir := t.TempDir()
 	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "client-ca.crt")
-	cert, key := serverCA.issue(t, 4001, false)
-	writeFile(t, certFile, cert)
-	writeFile(t, keyFile, key)
-	writeFile(t, caFile, clientCA.pem)
+	pair := serverCA.Server(t)
+	writeFile(t, certFile, pair.CertPEM)
+	writeFile(t, keyFile, pair.KeyPEM)
+	writeFile(t, caFile, clientCA.CertPEM)
 	_, logs, addr := start(t, certFile, keyFile, []string{caFile}, time.Hour)
 
-	trusted, untrusted := clientCA.clientCert(t, 1), otherCA.clientCert(t, 2)
+	trusted, untrusted := clientCert(t, clientCA, "leaf-1"), clientCert(t, otherCA, "leaf-2")
 	if _, err := dial(addr, roots, nil); err == nil {
 		t.Error("client without a certificate: accepted, want refused")
 	}
 	if _, err := dial(addr, roots, untrusted); err == nil {
 		t.Error("client with a certificate of another CA: accepted, want refused")
 	}
-	if got := servedSerial(t, addr, roots, trusted); got != 4001 {
-		t.Errorf("serial = %d, want 4001", got)
+	if !serving(t, addr, roots, trusted, pair) {
+		t.Error("the server does not present its certificate")
 	}
 
 	// The client CA is reloaded too.
-	writeFile(t, caFile, otherCA.pem)
+	writeFile(t, caFile, otherCA.CertPEM)
 	testkit.Eventually(t, 20*time.Second, "new client CA", func() bool { _, err := dial(addr, roots, untrusted); return err == nil })
 	if _, err := dial(addr, roots, trusted); err == nil {
 		t.Error("client of the replaced CA: accepted, want refused")
@@ -451,13 +372,13 @@ func TestMutualTLS(t *testing.T) {
 // per-connection configuration keeps the ALPN protocols http.Server adds, so
 // HTTP/2 is still negotiated.
 func TestHTTPServerMutualTLS(t *testing.T) {
-	serverCA, clientCA := newCA(t, "server-ca"), newCA(t, "client-ca")
+	serverCA, clientCA := pkitest.NewCA(t, "server-ca"), pkitest.NewCA(t, "client-ca")
 	dir := t.TempDir()
 	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "client-ca.crt")
-	cert, key := serverCA.issue(t, 5001, false)
-	writeFile(t, certFile, cert)
-	writeFile(t, keyFile, key)
-	writeFile(t, caFile, clientCA.pem)
+	pair := serverCA.Server(t)
+	writeFile(t, certFile, pair.CertPEM)
+	writeFile(t, keyFile, pair.KeyPEM)
+	writeFile(t, caFile, clientCA.CertPEM)
 	w, err := New(certFile, keyFile, []string{caFile}, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -482,9 +403,9 @@ func TestHTTPServerMutualTLS(t *testing.T) {
 		Transport: &http.Transport{
 			ForceAttemptHTTP2: true,
 			TLSClientConfig: &tls.Config{
-				RootCAs:      pool(serverCA),
+				RootCAs:      serverCA.Pool(),
 				ServerName:   "localhost",
-				Certificates: []tls.Certificate{*clientCA.clientCert(t, 7)},
+				Certificates: []tls.Certificate{*clientCert(t, clientCA, "leaf-7")},
 			},
 		},
 	}

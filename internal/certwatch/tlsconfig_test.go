@@ -7,17 +7,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wardenhq/warden/internal/pkitest"
 )
 
 // TestCipherSuites checks what a TLS 1.2 client may negotiate with the
 // default configuration: an AEAD suite, never a CBC one.
 func TestCipherSuites(t *testing.T) {
-	serverCA := newCA(t, "server-ca")
+	serverCA := pkitest.NewCA(t, "server-ca")
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	cert, key := serverCA.issue(t, 6001, false)
-	writeFile(t, certFile, cert)
-	writeFile(t, keyFile, key)
+	pair := serverCA.Server(t)
+	writeFile(t, certFile, pair.CertPEM)
+	writeFile(t, keyFile, pair.KeyPEM)
 	w, err := New(certFile, keyFile, nil, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -40,7 +42,7 @@ func TestCipherSuites(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			state, err := handshake(addr, &tls.Config{RootCAs: pool(serverCA), ServerName: "localhost", MaxVersion: tt.max, CipherSuites: tt.suites})
+			state, err := handshake(addr, &tls.Config{RootCAs: serverCA.Pool(), ServerName: "localhost", MaxVersion: tt.max, CipherSuites: tt.suites})
 			if tt.wantErr {
 				if err == nil {
 					t.Fatalf("handshake succeeded with %s, want it refused", tls.CipherSuiteName(state.CipherSuite))
