@@ -25,6 +25,13 @@ import (
 
 // --- fixtures ---------------------------------------------------------------
 
+// writePair writes a certificate and its key.
+func writePair(t *testing.T, certFile, keyFile string, pair pkitest.Pair) {
+	t.Helper()
+	writeFile(t, certFile, pair.CertPEM)
+	writeFile(t, keyFile, pair.KeyPEM)
+}
+
 // clientCert returns a client certificate of ca named name.
 func clientCert(t *testing.T, ca *pkitest.CA, name string) *tls.Certificate {
 	t.Helper()
@@ -198,8 +205,7 @@ func TestReloadPlainRewrite(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	pair1 := ca.Server(t)
-	writeFile(t, certFile, pair1.CertPEM)
-	writeFile(t, keyFile, pair1.KeyPEM)
+	writePair(t, certFile, keyFile, pair1)
 	_, logs, addr := start(t, certFile, keyFile, nil, time.Hour) // events only
 
 	if !serving(t, addr, roots, nil, pair1) {
@@ -209,8 +215,7 @@ func TestReloadPlainRewrite(t *testing.T) {
 	// Rewrite both files in place; the watcher may see the new certificate
 	// with the old key in between, which must not be served.
 	pair2 := ca.Server(t)
-	writeFile(t, certFile, pair2.CertPEM)
-	writeFile(t, keyFile, pair2.KeyPEM)
+	writePair(t, certFile, keyFile, pair2)
 	testkit.Eventually(t, 20*time.Second, "certificate 2 served", func() bool { return serving(t, addr, roots, nil, pair2) })
 	testkit.Eventually(t, 20*time.Second, "reload logged", func() bool { return len(logLines(logs, msgCertReloaded)) > 0 })
 
@@ -314,8 +319,7 @@ func TestResyncWithoutEvents(t *testing.T) {
 	roots := ca.Pool()
 	watched, elsewhere := t.TempDir(), t.TempDir()
 	pair1 := ca.Server(t)
-	writeFile(t, filepath.Join(elsewhere, "tls.crt"), pair1.CertPEM)
-	writeFile(t, filepath.Join(elsewhere, "tls.key"), pair1.KeyPEM)
+	writePair(t, filepath.Join(elsewhere, "tls.crt"), filepath.Join(elsewhere, "tls.key"), pair1)
 	for _, name := range []string{"tls.crt", "tls.key"} {
 		if err := os.Symlink(filepath.Join(elsewhere, name), filepath.Join(watched, name)); err != nil {
 			t.Fatal(err)
@@ -324,8 +328,7 @@ func TestResyncWithoutEvents(t *testing.T) {
 	_, _, addr := start(t, filepath.Join(watched, "tls.crt"), filepath.Join(watched, "tls.key"), nil, 50*time.Millisecond)
 
 	pair2 := ca.Server(t)
-	writeFile(t, filepath.Join(elsewhere, "tls.crt"), pair2.CertPEM)
-	writeFile(t, filepath.Join(elsewhere, "tls.key"), pair2.KeyPEM)
+	writePair(t, filepath.Join(elsewhere, "tls.crt"), filepath.Join(elsewhere, "tls.key"), pair2)
 	testkit.Eventually(t, 20*time.Second, "certificate 2 served", func() bool { return serving(t, addr, roots, nil, pair2) })
 }
 
@@ -335,8 +338,7 @@ func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "client-ca.crt")
 	pair := serverCA.Server(t)
-	writeFile(t, certFile, pair.CertPEM)
-	writeFile(t, keyFile, pair.KeyPEM)
+	writePair(t, certFile, keyFile, pair)
 	writeFile(t, caFile, clientCA.CertPEM)
 	_, logs, addr := start(t, certFile, keyFile, []string{caFile}, time.Hour)
 
@@ -376,8 +378,7 @@ func TestHTTPServerMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "client-ca.crt")
 	pair := serverCA.Server(t)
-	writeFile(t, certFile, pair.CertPEM)
-	writeFile(t, keyFile, pair.KeyPEM)
+	writePair(t, certFile, keyFile, pair)
 	writeFile(t, caFile, clientCA.CertPEM)
 	w, err := New(certFile, keyFile, []string{caFile}, nil)
 	if err != nil {

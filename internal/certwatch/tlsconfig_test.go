@@ -18,8 +18,7 @@ func TestCipherSuites(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	pair := serverCA.Server(t)
-	writeFile(t, certFile, pair.CertPEM)
-	writeFile(t, keyFile, pair.KeyPEM)
+	writePair(t, certFile, keyFile, pair)
 	w, err := New(certFile, keyFile, nil, nil)
 	if err != nil {
 		t.Fatalf("New: %v", err)
