@@ -9,9 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	yamlv3 "go.yaml.in/yaml/v3"
+
 	"github.com/wardenhq/warden/internal/verify"
 	"github.com/wardenhq/warden/internal/verify/verifytest"
-	yamlv3 "go.yaml.in/yaml/v3"
 )
 
 // inspectFixture is a registry with the labels policy pushed three times:
