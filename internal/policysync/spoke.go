@@ -280,10 +280,13 @@ var errNeedFullPass = errors.New("the cluster changed: compare it all")
 // listing the spoke.
 func (s *spoke) update(ctx context.Context, client dynamic.Interface, desired *desiredState, feedback []feedbackRule) error {
 	for key, c := range desired.copies {
-		was, ok := s.last.copies[key]
+		var was *spokeCopy
+		if p, ok := s.last.copies[key]; ok {
+			was = &p
+		}
 		_, conflict := s.conflicts[key]
 		a, known := s.applied[key]
-		v := decideChange(&c, ptrIf(&was, ok), conflict, a, known)
+		v := decideChange(&c, was, conflict, a, known)
 		if v.action != actionApply {
 			continue // unchanged, or the spoke's own object still wins
 		}
@@ -315,14 +318,6 @@ func (s *spoke) update(ctx context.Context, client dynamic.Interface, desired *d
 		}
 	}
 	return nil
-}
-
-// ptrIf returns p when ok, else nil.
-func ptrIf[T any](p *T, ok bool) *T {
-	if !ok {
-		return nil
-	}
-	return p
 }
 
 // unreachable records err as the reason the spoke cannot be reached, and
