@@ -365,6 +365,11 @@ func startAuditCluster(t *testing.T) *clustertest.Cluster {
 // only the run-uid of unchanged reports and deletes the stale ones, a
 // policy server that is down or refuses the scanner without its client
 // certificate, and the cleanup of legacy reports.
+//
+// The subtests share the API server, the namespaces, the policies and the
+// policy server, made here; each starts from the same state (fresh: the
+// ConfigMaps as made here, no report) and makes the reports it needs, so
+// that each runs alone (go test -tags cluster -run 'TestAudit/<name>').
 func TestAudit(t *testing.T) {
 	cl := startAuditCluster(t)
 	c := cl.Client
@@ -380,22 +385,28 @@ func TestAudit(t *testing.T) {
 		nss[ns.name] = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns.name, Labels: ns.labels}}
 		mustCreate(t, c, nss[ns.name])
 	}
+	// The ConfigMaps, by namespace/name; fresh makes them again, with new
+	// uids, for each subtest.
 	cms := map[string]*corev1.ConfigMap{}
-	for _, cm := range []struct {
-		ns, name string
-		labels   map[string]string
-	}{
-		{"team-a", "good", nil},
-		{"team-a", "bad", map[string]string{"forbidden": "yes"}},
-		{"team-a", "optout", map[string]string{"audit": "skip", "forbidden": "yes"}},
-		{"team-b", "bad", map[string]string{"forbidden": "yes"}},
-		{"ignored", "bad", map[string]string{"forbidden": "yes"}},
-		{"kubewarden", "bad", map[string]string{"forbidden": "yes"}},
-	} {
-		obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cm.ns, Name: cm.name, Labels: cm.labels}}
-		mustCreate(t, c, obj)
-		cms[cm.ns+"/"+cm.name] = obj
+	makeConfigMaps := func(t *testing.T) {
+		t.Helper()
+		for _, cm := range []struct {
+			ns, name string
+			labels   map[string]string
+		}{
+			{"team-a", "good", nil},
+			{"team-a", "bad", map[string]string{"forbidden": "yes"}},
+			{"team-a", "optout", map[string]string{"audit": "skip", "forbidden": "yes"}},
+			{"team-b", "bad", map[string]string{"forbidden": "yes"}},
+			{"ignored", "bad", map[string]string{"forbidden": "yes"}},
+			{"kubewarden", "bad", map[string]string{"forbidden": "yes"}},
+		} {
+			obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cm.ns, Name: cm.name, Labels: cm.labels}}
+			mustCreate(t, c, obj)
+			cms[cm.ns+"/"+cm.name] = obj
+		}
 	}
+	makeConfigMaps(t)
 
 	active := policiesv1.PolicyStatusActive
 	denyForbidden := createPolicy(t, c, auditPolicy("", "deny-forbidden", []string{"configmaps"}, func(s *policiesv1.PolicySpec) {
@@ -475,15 +486,51 @@ func TestAudit(t *testing.T) {
 		return expectedResult{policy: "clusterwide-deny-ns", result: result, message: msg, properties: props(denyNamespaces)}
 	}
 
-	var run1UID string
+	// fresh brings the cluster back to the state the subtests start from:
+	// no report of any kind, and the ConfigMaps as makeConfigMaps makes
+	// them (the subtests change, delete and add some).
+	fresh := func(t *testing.T) {
+		t.Helper()
+		var namespaces corev1.NamespaceList
+		if err := c.List(t.Context(), &namespaces); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []client.Object{&openreportsv1alpha1.ClusterReport{}, &wgpolicyv1alpha2.ClusterPolicyReport{}} {
+			if err := c.DeleteAllOf(t.Context(), o); err != nil {
+				t.Fatalf("deleting the %T: %v", o, err)
+			}
+		}
+		for _, ns := range namespaces.Items {
+			for _, o := range []client.Object{&openreportsv1alpha1.Report{}, &wgpolicyv1alpha2.PolicyReport{}, &corev1.ConfigMap{}} {
+				if _, ok := o.(*corev1.ConfigMap); ok && nss[ns.Name] == nil {
+					continue
+				}
+				if err := c.DeleteAllOf(t.Context(), o, client.InNamespace(ns.Name)); err != nil {
+					t.Fatalf("deleting the %T of %s: %v", o, ns.Name, err)
+				}
+			}
+		}
+		makeConfigMaps(t)
+	}
+	// firstRun runs the scanner once on a fresh cluster, as most subtests
+	// do first: it writes a report of every object audited.
+	firstRun := func(t *testing.T) {
+		t.Helper()
+		fresh(t)
+		if s := runAudit(t, kubeconfig, openReports...); s.code != 0 || s.counts["reports_created"] == 0 {
+			t.Fatalf("the first run: exit %d, counts %v\n%s", s.code, s.counts, s.logs)
+		}
+	}
+
 	t.Run("first run writes OpenReports", func(t *testing.T) {
+		fresh(t)
 		metricsFile := filepath.Join(t.TempDir(), "audit.prom")
 		s := runAudit(t, kubeconfig, append([]string{"--metrics-file", metricsFile}, openReports...)...)
 		if s.code != 0 {
 			t.Fatalf("exit %d\n%s", s.code, s.logs)
 		}
 		reports, clusterReports := reportsOf(t, c, "Report"), reportsOf(t, c, "ClusterReport")
-		run1UID = runUIDOf(t, reports)
+		run1UID := runUIDOf(t, reports)
 		const av, kind = "v1", "ConfigMap"
 		checkReport(t, reports["team-a/"+string(cms["team-a/good"].UID)], cms["team-a/good"], av, kind, run1UID,
 			map[string]int{"pass": 2, "skip": 4, "error": 1}, []expectedResult{denyForbiddenResult("pass", ""), prodOnlyResult})
@@ -545,7 +592,9 @@ func TestAudit(t *testing.T) {
 	})
 
 	t.Run("second run patches the run-uid of unchanged reports and deletes stale ones", func(t *testing.T) {
+		firstRun(t)
 		before := reportsOf(t, c, "Report")
+		run1UID := runUIDOf(t, before)
 		// good goes: its report is stale. bad loses its label: its report
 		// changes.
 		good, bad := cms["team-a/good"], cms["team-a/bad"]
@@ -643,6 +692,7 @@ func TestAudit(t *testing.T) {
 	}
 
 	t.Run("a run evaluates again only what changed since the report was written", func(t *testing.T) {
+		firstRun(t)
 		down := []string{"--report-kind", "openreports", "-u", downURL(t), "-f", m.caFile,
 			"--client-cert", m.clientCert, "--client-key", m.clientKey, "-i", ignore, "--keep-unchanged-reports=false"}
 		before, beforeCluster := reportsOf(t, c, "Report"), reportsOf(t, c, "ClusterReport")
@@ -738,6 +788,7 @@ func TestAudit(t *testing.T) {
 	})
 
 	t.Run("by default a run writes nothing for unchanged reports and deletes stale ones by name", func(t *testing.T) {
+		firstRun(t)
 		// The last of a flag's values wins: this drops base's =false.
 		keep := append(slices.Clone(openReports), "--keep-unchanged-reports=true")
 		// gone gets a report, then goes: its report is stale.
@@ -802,11 +853,17 @@ func TestAudit(t *testing.T) {
 	})
 
 	// errorRun runs the scanner with args against a policy server that
-	// cannot answer, after changing team-a/bad (so that it is evaluated
-	// again), and checks that it fails, that the results are errors
-	// carrying wantMessage, and that no report was deleted.
+	// cannot answer, after a first run, changing team-a/bad (so that it is
+	// evaluated again) and deleting team-a/optout (so that its report is
+	// stale), and checks that it fails, that the results are errors
+	// carrying wantMessage, and that no report was deleted: the run is
+	// incomplete.
 	errorRun := func(t *testing.T, wantMessage string, args ...string) {
 		t.Helper()
+		firstRun(t)
+		if err := c.Delete(t.Context(), cms["team-a/optout"]); err != nil {
+			t.Fatal(err)
+		}
 		touch(t, cms["team-a/bad"])
 		before := reportsOf(t, c, "Report")
 		s := runAudit(t, kubeconfig, args...)
@@ -838,9 +895,6 @@ func TestAudit(t *testing.T) {
 		}
 	}
 	t.Run("mutual TLS refuses the scanner without its client certificate", func(t *testing.T) {
-		if err := c.Delete(t.Context(), cms["team-a/optout"]); err != nil {
-			t.Fatal(err)
-		}
 		errorRun(t, "policy server unreachable", "--report-kind", "openreports", "-u", url, "-f", m.caFile, "-i", ignore)
 	})
 	t.Run("a policy server that is down", func(t *testing.T) {
@@ -854,6 +908,7 @@ func TestAudit(t *testing.T) {
 	})
 
 	t.Run("legacy PolicyReports", func(t *testing.T) {
+		firstRun(t)
 		s := runAudit(t, kubeconfig, base...)
 		if s.code != 0 {
 			t.Fatalf("exit %d\n%s", s.code, s.logs)
@@ -885,6 +940,7 @@ func TestAudit(t *testing.T) {
 	})
 
 	t.Run("a report changed by someone else is rewritten", func(t *testing.T) {
+		firstRun(t)
 		bad := get(t, c, cms["team-b/bad"])
 		report := &openreportsv1alpha1.Report{ObjectMeta: metav1.ObjectMeta{Namespace: "team-b", Name: string(bad.GetUID())}}
 		get(t, c, report)
@@ -911,6 +967,7 @@ func TestAudit(t *testing.T) {
 	})
 
 	t.Run("--cluster and --namespace scan one scope", func(t *testing.T) {
+		firstRun(t)
 		before := reportsOf(t, c, "Report")
 		s := runAudit(t, kubeconfig, append([]string{"-c", "--disable-store", "--report-kind", "openreports"}, base...)...)
 		if s.code != 0 {
@@ -932,8 +989,14 @@ func TestAudit(t *testing.T) {
 		if s.code != 0 {
 			t.Fatalf("exit %d\n%s", s.code, s.logs)
 		}
-		if len(s.reports) != 1 || s.reports[0]["kind"] != "Report" || s.reports[0]["metadata"].(map[string]any)["namespace"] != "team-a" {
-			t.Errorf("--namespace team-a printed %v", s.reports)
+		// One report per ConfigMap of team-a (good, bad, optout).
+		if len(s.reports) != 3 {
+			t.Errorf("--namespace team-a printed %d reports, want 3", len(s.reports))
+		}
+		for _, r := range s.reports {
+			if r["kind"] != "Report" || r["metadata"].(map[string]any)["namespace"] != "team-a" {
+				t.Errorf("--namespace team-a printed %v", r)
+			}
 		}
 		if strings.Count(s.logs, `"msg":"namespace scanned"`) != 1 || strings.Contains(s.logs, "cluster-wide resources scanned") {
 			t.Errorf("--namespace team-a scanned more:\n%s", s.logs)
