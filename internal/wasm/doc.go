@@ -38,6 +38,17 @@
 // phase stop the program: they then compute what the same program built
 // with write barriers computes (gobuild.go).
 //
+// # Memory
+//
+// What an idle server keeps resident is mostly what its modules need to
+// run. wazero's machine code is moved into unlinked file mappings, demand
+// paged like a shared library's text (codemap_linux.go); after policies are
+// loaded, Runtime.ReleaseCode drops the pages of that code and of the
+// server's own binary that only start-up ran (selfmap_linux.go). Compiled
+// modules keep no wasm function bodies, which only compiling reads
+// (bodies.go), and a failed call asks the Go runtime to give its memory
+// back (giveback.go).
+//
 // # Limits
 //
 // Every guest call runs with a deadline: modules are rewritten to check an
