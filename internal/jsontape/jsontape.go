@@ -15,6 +15,8 @@ package jsontape
 
 import (
 	"math"
+	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -71,140 +73,164 @@ func (d *Tape) Parse(text string) bool {
 	if len(text) > math.MaxInt32 {
 		return false
 	}
-	d.Text, d.Nodes = text, d.Nodes[:0]
-	p := parser{d: d}
-	p.ws()
-	if !p.value(0) {
-		return false
-	}
-	p.ws()
-	return p.pos == len(text)
+	p := parser{s: text, nodes: d.Nodes[:0]}
+	pos, ok := p.value(skipWS(text, 0), 0)
+	d.Text, d.Nodes = text, p.nodes
+	return ok && skipWS(text, pos) == len(text)
 }
 
+// parser builds the nodes of s. Its methods take the position of the value
+// to parse and return the position after it; positions stay in registers.
 type parser struct {
-	d   *Tape
-	pos int
+	s     string
+	nodes []Node
 }
 
-func (p *parser) ws() {
-	s := p.d.Text
-	for p.pos < len(s) && (s[p.pos] == ' ' || s[p.pos] == '\t' || s[p.pos] == '\n' || s[p.pos] == '\r') {
-		p.pos++
+// skipWS returns the position of the first byte at or after pos that is not
+// JSON whitespace.
+func skipWS(s string, pos int) int {
+	for pos < len(s) {
+		if c := s[pos]; c > ' ' || (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+			return pos
+		}
+		pos++
 	}
+	return pos
 }
 
-func (p *parser) push(kind byte) int {
-	p.d.Nodes = append(p.d.Nodes, Node{Start: int32(p.pos), Kind: kind})
-	return len(p.d.Nodes) - 1
+// leaf appends the node of a value without children, s[start:end].
+func (p *parser) leaf(kind byte, start, end int, plain bool) {
+	n := p.add()
+	n.Start, n.End, n.Next, n.Count = int32(start), int32(end), int32(len(p.nodes)), 0
+	n.Kind, n.Plain, n.keys = kind, plain, keysUnchecked
 }
 
-func (p *parser) done(i int) bool {
-	n := &p.d.Nodes[i]
-	n.End, n.Next = int32(p.pos), int32(len(p.d.Nodes))
-	return true
+// open appends the node of an object or array starting at pos; close ends it.
+func (p *parser) open(kind byte, pos int) int {
+	n := p.add()
+	n.Start, n.Kind, n.Plain, n.keys = int32(pos), kind, false, keysUnchecked
+	return len(p.nodes) - 1
 }
 
-func (p *parser) value(depth int) bool {
-	s := p.d.Text
-	if p.pos >= len(s) {
-		return false
+// add appends a node and returns it, its fields as they were in the buffer:
+// the caller sets them one by one. (A composite literal would be built on
+// the stack and copied in with wide loads that stall on its narrow stores.)
+func (p *parser) add() *Node {
+	if len(p.nodes) == cap(p.nodes) {
+		p.nodes = slices.Grow(p.nodes, 1)
 	}
-	switch c := s[p.pos]; {
-	case c == '{':
-		return depth < maxDepth && p.object(depth+1)
-	case c == '[':
-		return depth < maxDepth && p.array(depth+1)
+	p.nodes = p.nodes[:len(p.nodes)+1]
+	return &p.nodes[len(p.nodes)-1]
+}
+
+func (p *parser) close(i, end int, count int32) {
+	n := &p.nodes[i]
+	n.End, n.Next, n.Count = int32(end), int32(len(p.nodes)), count
+}
+
+func (p *parser) value(pos, depth int) (int, bool) {
+	s := p.s
+	if pos >= len(s) {
+		return pos, false
+	}
+	switch c := s[pos]; {
 	case c == '"':
-		return p.str()
-	case c == 't':
-		return p.literal("true")
-	case c == 'f':
-		return p.literal("false")
-	case c == 'n':
-		return p.literal("null")
+		return p.str(pos)
+	case c == '{':
+		if depth >= maxDepth {
+			return pos, false
+		}
+		return p.object(pos, depth+1)
+	case c == '[':
+		if depth >= maxDepth {
+			return pos, false
+		}
+		return p.array(pos, depth+1)
 	case c == '-' || ('0' <= c && c <= '9'):
-		return p.number()
+		return p.number(pos)
+	case c == 't':
+		return p.literal(pos, "true")
+	case c == 'f':
+		return p.literal(pos, "false")
+	case c == 'n':
+		return p.literal(pos, "null")
 	}
-	return false
+	return pos, false
 }
 
-func (p *parser) literal(lit string) bool {
-	s := p.d.Text
-	if len(s)-p.pos < len(lit) || s[p.pos:p.pos+len(lit)] != lit {
-		return false
+func (p *parser) literal(pos int, lit string) (int, bool) {
+	s := p.s
+	if len(s)-pos < len(lit) || s[pos:pos+len(lit)] != lit {
+		return pos, false
 	}
-	i := p.push(lit[0])
-	p.pos += len(lit)
-	return p.done(i)
+	p.leaf(lit[0], pos, pos+len(lit), false)
+	return pos + len(lit), true
 }
 
-func (p *parser) object(depth int) bool {
-	s := p.d.Text
-	i := p.push('{')
-	p.pos++
-	p.ws()
-	if p.pos < len(s) && s[p.pos] == '}' {
-		p.pos++
-		return p.done(i)
+func (p *parser) object(pos, depth int) (int, bool) {
+	s := p.s
+	i := p.open('{', pos)
+	pos = skipWS(s, pos+1)
+	if pos < len(s) && s[pos] == '}' {
+		p.close(i, pos+1, 0)
+		return pos + 1, true
 	}
 	for count := int32(1); ; count++ {
-		if p.pos >= len(s) || s[p.pos] != '"' || !p.str() {
-			return false
+		if pos >= len(s) || s[pos] != '"' {
+			return pos, false
 		}
-		p.ws()
-		if p.pos >= len(s) || s[p.pos] != ':' {
-			return false
+		var ok bool
+		if pos, ok = p.str(pos); !ok {
+			return pos, false
 		}
-		p.pos++
-		p.ws()
-		if !p.value(depth) {
-			return false
+		pos = skipWS(s, pos)
+		if pos >= len(s) || s[pos] != ':' {
+			return pos, false
 		}
-		p.ws()
-		if p.pos >= len(s) {
-			return false
+		if pos, ok = p.value(skipWS(s, pos+1), depth); !ok {
+			return pos, false
 		}
-		switch s[p.pos] {
+		pos = skipWS(s, pos)
+		if pos >= len(s) {
+			return pos, false
+		}
+		switch s[pos] {
 		case ',':
-			p.pos++
-			p.ws()
+			pos = skipWS(s, pos+1)
 		case '}':
-			p.pos++
-			p.d.Nodes[i].Count = count
-			return p.done(i)
+			p.close(i, pos+1, count)
+			return pos + 1, true
 		default:
-			return false
+			return pos, false
 		}
 	}
 }
 
-func (p *parser) array(depth int) bool {
-	s := p.d.Text
-	i := p.push('[')
-	p.pos++
-	p.ws()
-	if p.pos < len(s) && s[p.pos] == ']' {
-		p.pos++
-		return p.done(i)
+func (p *parser) array(pos, depth int) (int, bool) {
+	s := p.s
+	i := p.open('[', pos)
+	pos = skipWS(s, pos+1)
+	if pos < len(s) && s[pos] == ']' {
+		p.close(i, pos+1, 0)
+		return pos + 1, true
 	}
 	for count := int32(1); ; count++ {
-		if !p.value(depth) {
-			return false
+		var ok bool
+		if pos, ok = p.value(pos, depth); !ok {
+			return pos, false
 		}
-		p.ws()
-		if p.pos >= len(s) {
-			return false
+		pos = skipWS(s, pos)
+		if pos >= len(s) {
+			return pos, false
 		}
-		switch s[p.pos] {
+		switch s[pos] {
 		case ',':
-			p.pos++
-			p.ws()
+			pos = skipWS(s, pos+1)
 		case ']':
-			p.pos++
-			p.d.Nodes[i].Count = count
-			return p.done(i)
+			p.close(i, pos+1, count)
+			return pos + 1, true
 		default:
-			return false
+			return pos, false
 		}
 	}
 }
@@ -221,95 +247,124 @@ var special = func() (t [256]bool) {
 	return t
 }()
 
-func (p *parser) str() bool {
-	s := p.d.Text
-	i := p.push('"')
+// Bytes repeated in each of a word's 8 bytes, for the string scan.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// specialBytes has the high bit set in the byte of w (little endian) that
+// is the first special byte, and possibly in bytes after it; 0 when none
+// is special. (x-ones)&^x&highs marks a zero byte of x exactly up to the
+// first one.
+func specialBytes(w uint64) uint64 {
+	quote, backslash := w^(ones*'"'), w^(ones*'\\')
+	return ((quote-ones)&^quote | (backslash-ones)&^backslash | (w-ones*0x20)&^w | w) & highs
+}
+
+func (p *parser) str(pos int) (int, bool) {
+	s := p.s
+	start := pos
 	ascii, escaped := true, false
-	for p.pos++; p.pos < len(s); p.pos++ {
-		for p.pos < len(s) && !special[s[p.pos]] {
-			p.pos++
+	for pos++; ; pos++ {
+		// Eight bytes at a time while none is special, then one at a time.
+		for pos+8 <= len(s) {
+			w := uint64(s[pos]) | uint64(s[pos+1])<<8 | uint64(s[pos+2])<<16 | uint64(s[pos+3])<<24 |
+				uint64(s[pos+4])<<32 | uint64(s[pos+5])<<40 | uint64(s[pos+6])<<48 | uint64(s[pos+7])<<56
+			if m := specialBytes(w); m != 0 {
+				pos += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			pos += 8
 		}
-		if p.pos >= len(s) {
-			return false
+		for pos < len(s) && !special[s[pos]] {
+			pos++
 		}
-		switch c := s[p.pos]; {
+		if pos >= len(s) {
+			return pos, false
+		}
+		switch c := s[pos]; {
 		case c == '"':
-			start := p.d.Nodes[i].Start
-			p.pos++
-			p.d.Nodes[i].Plain = !escaped && (ascii || utf8.ValidString(s[start+1:p.pos-1]))
-			return p.done(i)
+			pos++
+			p.leaf('"', start, pos, !escaped && (ascii || utf8.ValidString(s[start+1:pos-1])))
+			return pos, true
 		case c < 0x20:
-			return false
+			return pos, false
 		case c >= utf8.RuneSelf:
 			ascii = false
 		default: // backslash
 			escaped = true
-			p.pos++
-			if p.pos >= len(s) {
-				return false
+			pos++
+			if pos >= len(s) {
+				return pos, false
 			}
-			switch s[p.pos] {
+			switch s[pos] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 			case 'u':
-				if p.pos+4 >= len(s) {
-					return false
+				if pos+4 >= len(s) {
+					return pos, false
 				}
-				for _, h := range []byte(s[p.pos+1 : p.pos+5]) {
+				for _, h := range []byte(s[pos+1 : pos+5]) {
 					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
-						return false
+						return pos, false
 					}
 				}
-				p.pos += 4
+				pos += 4
 			default:
-				return false
+				return pos, false
 			}
 		}
 	}
-	return false
 }
 
-func (p *parser) number() bool {
-	s := p.d.Text
-	i := p.push('0')
-	start := p.pos
-	digits := func() int {
-		n := p.pos
-		for p.pos < len(s) && '0' <= s[p.pos] && s[p.pos] <= '9' {
-			p.pos++
+// digits returns the position after the decimal digits at pos.
+func digits(s string, pos int) int {
+	for pos < len(s) && '0' <= s[pos] && s[pos] <= '9' {
+		pos++
+	}
+	return pos
+}
+
+func (p *parser) number(pos int) (int, bool) {
+	s := p.s
+	start := pos
+	if s[pos] == '-' {
+		pos++
+	}
+	if pos < len(s) && s[pos] == '0' {
+		pos++
+	} else if n := digits(s, pos); n == pos {
+		return pos, false
+	} else {
+		pos = n
+	}
+	if pos < len(s) && s[pos] == '.' {
+		n := digits(s, pos+1)
+		if n == pos+1 {
+			return n, false
 		}
-		return p.pos - n
+		pos = n
 	}
-	if s[p.pos] == '-' {
-		p.pos++
-	}
-	if p.pos < len(s) && s[p.pos] == '0' {
-		p.pos++
-	} else if digits() == 0 {
-		return false
-	}
-	if p.pos < len(s) && s[p.pos] == '.' {
-		p.pos++
-		if digits() == 0 {
-			return false
-		}
-	}
-	exponent := p.pos < len(s) && (s[p.pos] == 'e' || s[p.pos] == 'E')
+	exponent := pos < len(s) && (s[pos] == 'e' || s[pos] == 'E')
 	if exponent {
-		p.pos++
-		if p.pos < len(s) && (s[p.pos] == '+' || s[p.pos] == '-') {
-			p.pos++
+		pos++
+		if pos < len(s) && (s[pos] == '+' || s[pos] == '-') {
+			pos++
 		}
-		if digits() == 0 {
-			return false
+		n := digits(s, pos)
+		if n == pos {
+			return pos, false
 		}
+		pos = n
 	}
 	// Without an exponent, 300 characters cannot leave float64's range.
-	if exponent || p.pos-start > 300 {
-		if _, err := strconv.ParseFloat(s[start:p.pos], 64); err != nil {
-			return false
+	if exponent || pos-start > 300 {
+		if _, err := strconv.ParseFloat(s[start:pos], 64); err != nil {
+			return pos, false
 		}
 	}
-	return p.done(i)
+	p.leaf('0', start, pos, false)
+	return pos, true
 }
 
 // Unique reports whether the object at node i has no repeated key.
