@@ -44,14 +44,18 @@ const (
 // two checks of the context, VAP's value.
 const interruptCheckFrequency = 100
 
-// envs are the environments of a policy: expressions are checked in check;
-// programs are planned in run unless they call a function that only check
-// has. run leaves out the cel-go lists extension (lists.range, sort,
-// distinct...), which cel-policy does not have and whose cost trackers every
-// evaluation would otherwise pay for (measured: about 2 µs per expression).
+// envs are the environments of a policy. Expressions are checked in check;
+// programs are planned in the leanest of run that has every function they
+// call. Each library left out of an environment is one whose cost trackers
+// every evaluation would otherwise pay for, whether or not it calls the
+// library: the cel-go lists extension (lists.range, sort, distinct...),
+// which cel-policy does not have (measured: about 2 µs per expression), and
+// the sets extension (a map of three trackers built per evaluation).
+// Leaving them out changes no cost: a tracker counts only its functions.
 type envs struct {
-	check, run *cel.Env
-	checkOnly  map[string]bool // overload ids only check has
+	check *cel.Env
+	run   []*cel.Env        // leanest first, each with the functions of those before
+	added []map[string]bool // the overload ids run[i] has that run[i-1] has not
 }
 
 func (e envs) extend(opts ...cel.EnvOption) (envs, error) {
@@ -59,25 +63,50 @@ func (e envs) extend(opts ...cel.EnvOption) (envs, error) {
 	if err != nil {
 		return envs{}, err
 	}
-	run, err := e.run.Extend(opts...)
-	if err != nil {
-		return envs{}, err
+	out := envs{check: check, run: make([]*cel.Env, len(e.run)), added: e.added}
+	for i, env := range e.run {
+		if out.run[i], err = env.Extend(opts...); err != nil {
+			return envs{}, err
+		}
 	}
-	return envs{check: check, run: run, checkOnly: e.checkOnly}, nil
+	return out, nil
 }
 
 // program plans a checked expression in the leanest environment that has
 // every function it calls.
 func (e envs) program(ast *cel.Ast, opts ...cel.ProgramOption) (cel.Program, error) {
-	env := e.run
+	return e.run[e.tier(ast)].Program(ast, opts...)
+}
+
+// tier is the index in run of the leanest environment that has every
+// function ast calls.
+func (e envs) tier(ast *cel.Ast) int {
+	tier := 0
 	for _, ref := range ast.NativeRep().ReferenceMap() {
 		for _, id := range ref.OverloadIDs {
-			if e.checkOnly[id] {
-				env = e.check
+			for i := len(e.added) - 1; i > tier; i-- {
+				if e.added[i][id] {
+					tier = i
+					break
+				}
 			}
 		}
 	}
-	return env.Program(ast, opts...)
+	return tier
+}
+
+// addedOverloads returns the overload ids env has that prev has not.
+func addedOverloads(env, prev *cel.Env) map[string]bool {
+	added := map[string]bool{}
+	for name, fn := range env.Functions() {
+		if prev.HasFunction(name) {
+			continue
+		}
+		for _, o := range fn.OverloadDecls() {
+			added[o.ID()] = true
+		}
+	}
+	return added
 }
 
 // baseEnvs are the environments every policy extends: cel-policy's options,
@@ -85,7 +114,7 @@ func (e envs) program(ast *cel.Ast, opts ...cel.ProgramOption) (cel.Program, err
 // gained since (ip, cidr, format, semver, two-variable comprehensions, the
 // lists extension), which only make more expressions valid.
 var baseEnvs = sync.OnceValues(func() (envs, error) {
-	run, err := cel.NewEnv(
+	lean, err := cel.NewEnv(
 		cel.HomogeneousAggregateLiterals(),
 		cel.EagerlyValidateDeclarations(true),
 		cel.DefaultUTCTimeZone(true),
@@ -100,7 +129,6 @@ var baseEnvs = sync.OnceValues(func() (envs, error) {
 		cel.CostEstimatorOptions(checker.PresenceTestHasCost(false)),
 
 		ext.Strings(ext.StringsVersion(2)),
-		ext.Sets(),
 		ext.Encoders(),
 		ext.TwoVarComprehensions(),
 		library.URLs(),
@@ -121,26 +149,25 @@ var baseEnvs = sync.OnceValues(func() (envs, error) {
 	if err != nil {
 		return envs{}, err
 	}
-	if run, err = run.Extend(
-		cel.CustomTypeProvider(variablesProvider{run.CELTypeProvider()}),
+	if lean, err = lean.Extend(
+		cel.CustomTypeProvider(variablesProvider{lean.CELTypeProvider()}),
 		cel.Variable(varVariables, cel.ObjectType(variablesTypeName)),
 	); err != nil {
 		return envs{}, err
 	}
-	check, err := run.Extend(ext.Lists(ext.ListsVersion(3)))
+	sets, err := lean.Extend(ext.Sets())
 	if err != nil {
 		return envs{}, err
 	}
-	checkOnly := map[string]bool{}
-	for name, fn := range check.Functions() {
-		if run.HasFunction(name) {
-			continue
-		}
-		for _, o := range fn.OverloadDecls() {
-			checkOnly[o.ID()] = true
-		}
+	check, err := sets.Extend(ext.Lists(ext.ListsVersion(3)))
+	if err != nil {
+		return envs{}, err
 	}
-	return envs{check: check, run: run, checkOnly: checkOnly}, nil
+	return envs{
+		check: check,
+		run:   []*cel.Env{lean, sets, check},
+		added: []map[string]bool{{}, addedOverloads(sets, lean), addedOverloads(check, sets)},
+	}, nil
 })
 
 // variablesProvider adds the empty object type of `variables` to a type
