@@ -1,6 +1,7 @@
 package celpolicy
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 
@@ -27,6 +28,12 @@ type document struct {
 	own  jsontape.Tape // the tape parse builds, its buffer reused
 	root int32         // the request's node
 	vals []ref.Val     // the objects and arrays read so far, by node
+
+	// The objects, arrays and iterators of one evaluation, from buffers
+	// reused by the next: values do not outlive the evaluation.
+	objects   slab[jsonObject]
+	arrays    slab[jsonArray]
+	iterators slab[arrayIterator]
 }
 
 // parse builds the tape of text and forgets the values of the previous one.
@@ -41,13 +48,45 @@ func (d *document) use(t *jsontape.Tape, node int32) {
 	d.Tape, d.root, d.vals = t, node, d.vals[:0]
 }
 
-// release forgets the request, keeping the buffers (up to maxNodes nodes).
+// release forgets the request and its values, keeping the buffers (up to
+// maxNodes nodes).
 func (d *document) release(maxNodes int) {
 	clear(d.vals)
 	d.Tape, d.own.Text = nil, ""
 	if cap(d.own.Nodes) > maxNodes || cap(d.vals) > maxNodes {
 		d.own.Nodes, d.vals = nil, nil
 	}
+	d.objects.reset(maxNodes)
+	d.arrays.reset(maxNodes)
+	d.iterators.reset(maxNodes)
+}
+
+// slab hands out zero values of T from a buffer that is reused once every
+// value handed out is dropped (reset). When the buffer is full it allocates,
+// and reset makes the next buffer large enough.
+type slab[T any] struct {
+	buf    []T
+	missed int // values allocated since reset because buf was full
+}
+
+func (s *slab[T]) new() *T {
+	if len(s.buf) == cap(s.buf) {
+		s.missed++
+		return new(T)
+	}
+	s.buf = s.buf[:len(s.buf)+1]
+	return &s.buf[len(s.buf)-1]
+}
+
+// reset takes back every value handed out; the buffer keeps up to max.
+func (s *slab[T]) reset(max int) {
+	clear(s.buf)
+	if n := len(s.buf) + s.missed; s.missed > 0 && n <= max {
+		s.buf = make([]T, 0, n)
+	} else {
+		s.buf = s.buf[:0]
+	}
+	s.missed = 0
 }
 
 // value returns the value at node i. An object or array is made once, so
@@ -62,9 +101,13 @@ func (d *document) value(i int32) ref.Val {
 		}
 		if d.vals[i] == nil {
 			if n.Kind == '{' {
-				d.vals[i] = &jsonObject{d: d, i: i}
+				o := d.objects.new()
+				o.d, o.i = d, i
+				d.vals[i] = o
 			} else {
-				d.vals[i] = &jsonArray{d: d, i: i}
+				a := d.arrays.new()
+				a.d, a.i = d, i
+				d.vals[i] = a
 			}
 		}
 		return d.vals[i]
@@ -222,8 +265,12 @@ func (a *jsonArray) Contains(v ref.Val) ref.Val { return a.lister().Contains(v) 
 // Get implements traits.Indexer.
 func (a *jsonArray) Get(i ref.Val) ref.Val { return a.lister().Get(i) }
 
-// Iterator implements traits.Iterable.
-func (a *jsonArray) Iterator() traits.Iterator { return a.lister().Iterator() }
+// Iterator implements traits.Iterable. It reads the tape, without the list.
+func (a *jsonArray) Iterator() traits.Iterator {
+	it := a.d.iterators.new()
+	it.d, it.next, it.end = a.d, a.i+1, a.d.Nodes[a.i].Next
+	return it
+}
 
 // Size implements traits.Sizer.
 func (a *jsonArray) Size() ref.Val { return types.Int(a.d.Nodes[a.i].Count) }
@@ -255,3 +302,41 @@ func (a *jsonArray) Type() ref.Type { return types.ListType }
 
 // Value implements ref.Val.
 func (a *jsonArray) Value() any { return a.lister().Value() }
+
+// arrayIterator walks the elements of a JSON array on the tape.
+type arrayIterator struct {
+	d         *document
+	next, end int32 // the node of the next element, the array's Next
+}
+
+// HasNext implements traits.Iterator.
+func (it *arrayIterator) HasNext() ref.Val { return types.Bool(it.next < it.end) }
+
+// Next implements traits.Iterator.
+func (it *arrayIterator) Next() ref.Val {
+	if it.next >= it.end {
+		return nil
+	}
+	v := it.d.value(it.next)
+	it.next = it.d.Nodes[it.next].Next
+	return v
+}
+
+// ConvertToNative implements ref.Val.
+func (it *arrayIterator) ConvertToNative(reflect.Type) (any, error) {
+	return nil, fmt.Errorf("type conversion on iterators not supported")
+}
+
+// ConvertToType implements ref.Val.
+func (it *arrayIterator) ConvertToType(ref.Type) ref.Val {
+	return types.NewErr("no such overload")
+}
+
+// Equal implements ref.Val.
+func (it *arrayIterator) Equal(ref.Val) ref.Val { return types.NewErr("no such overload") }
+
+// Type implements ref.Val.
+func (it *arrayIterator) Type() ref.Type { return types.IteratorType }
+
+// Value implements ref.Val.
+func (it *arrayIterator) Value() any { return nil }

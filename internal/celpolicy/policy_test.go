@@ -423,6 +423,7 @@ func TestFastPathAgrees(t *testing.T) {
 		`object.spec.containers[0] == object.spec.containers[0] && object.spec.containers[0] != object.spec.containers[1]`,
 		`object.spec.containers.filter(c, has(c.securityContext)).size() == 1`,
 		`object.spec.containers.exists_one(c, c.name == 'web') && object.metadata.labels.exists(k, k == 'team')`,
+		`object.spec.containers.all(a, object.spec.containers.exists(b, a.name == b.name)) && object.spec.containers.all(i, c, i < 2)`,
 		`object.metadata.labels.all(k, v, v != '') && object.metadata.labels.transformMap(k, v, v + '!')['team'] == 'a!'`,
 		`sets.equivalent(object.spec.containers.map(c, c.image), ['busybox:latest', 'nginx:1.27'])`,
 		`object.spec.containers.sortBy(c, c.name)[0].name == 'side'`,
@@ -453,5 +454,44 @@ func TestFastPathAgrees(t *testing.T) {
 				t.Errorf("fast path: %+v, %v; cel-policy's: %+v, %v", got, gotErr, want, wantErr)
 			}
 		})
+	}
+}
+
+// TestValuesReusedAcrossEvaluations evaluates requests of different sizes
+// in turn, so that each reuses the buffers of the values of the one before
+// (one evaluation at a time shares a pooled activation).
+func TestValuesReusedAcrossEvaluations(t *testing.T) {
+	p, err := Compile(json.RawMessage(`{"validations":[{"expression":"object.spec.containers.all(c, c.image.endsWith(':' + string(c.tag)))",` +
+		`"messageExpression":"'bad image in ' + object.metadata.name + ' of ' + string(size(object.spec.containers))"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	request := func(name string, n int, bad bool) json.RawMessage {
+		containers := make([]string, n)
+		for i := range containers {
+			tag := i
+			if bad && i == n-1 {
+				tag = -1
+			}
+			containers[i] = fmt.Sprintf(`{"name":"c%d","image":"img:%d","tag":%d,"securityContext":{"runAsUser":%d}}`, i, i, tag, i)
+		}
+		return admissionRequest("CREATE", fmt.Sprintf(`{"metadata":{"name":%q},"spec":{"containers":[%s]}}`,
+			name, strings.Join(containers, ",")), "null")
+	}
+	for _, tt := range []struct {
+		name string
+		n    int
+		bad  bool
+		want Result
+	}{
+		{"big", 300, false, Result{Accepted: true}},
+		{"small", 2, true, Result{Message: "bad image in small of 2", Code: 400}},
+		{"big-bad", 300, true, Result{Message: "bad image in big-bad of 300", Code: 400}},
+		{"big-again", 300, false, Result{Accepted: true}},
+		{"tiny", 1, false, Result{Accepted: true}},
+	} {
+		if got, err := p.Validate(context.Background(), request(tt.name, tt.n, tt.bad)); err != nil || got != tt.want {
+			t.Errorf("%s: Validate = %+v, %v; want %+v", tt.name, got, err, tt.want)
+		}
 	}
 }

@@ -82,6 +82,8 @@ func TestReaders(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add(`{"a":[1,2.5e3,"\u00e9"],"b":null}`)
 	f.Add(`"\ud800x"`)
+	f.Add(`{"ab":1,"ba":2,"a\u0062":3}`)
+	f.Add(`{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7,"h":8,"i":9,"j":10,"k":11,"l":12,"m":13,"n":14,"o":15,"p":16,"q":17,"a":18}`)
 	f.Fuzz(func(t *testing.T, text string) {
 		var tape Tape
 		ok := tape.Parse(text)
@@ -93,6 +95,14 @@ func FuzzParse(f *testing.F) {
 		}
 		for i := range tape.Nodes {
 			switch n := tape.Nodes[i]; n.Kind {
+			case '{':
+				keys := map[string]bool{}
+				for k := int32(i) + 1; k < n.Next; k = tape.Nodes[k+1].Next {
+					keys[tape.Str(k)] = true
+				}
+				if want := len(keys) == int(n.Count); tape.Unique(int32(i)) != want {
+					t.Fatalf("Unique(%d) = %v, want %v", i, !want, want)
+				}
 			case '"':
 				var want string
 				if err := json.Unmarshal([]byte(tape.Raw(int32(i))), &want); err != nil || want != tape.Str(int32(i)) {
