@@ -27,7 +27,12 @@ type document struct {
 	*jsontape.Tape
 	own  jsontape.Tape // the tape parse builds, its buffer reused
 	root int32         // the request's node
-	vals []ref.Val     // the objects and arrays read so far, by node
+	// vals are the objects and arrays read so far, by node; set lists
+	// their nodes. Every other entry up to cap(vals) is nil, so that
+	// neither a request nor the next has to clear the whole (the tape's
+	// length, where a few dozen are set).
+	vals []ref.Val
+	set  []int32
 
 	// The objects, arrays and iterators of one evaluation, from buffers
 	// reused by the next: values do not outlive the evaluation.
@@ -38,23 +43,34 @@ type document struct {
 
 // parse builds the tape of text and forgets the values of the previous one.
 func (d *document) parse(text string) bool {
-	d.Tape, d.root, d.vals = &d.own, 0, d.vals[:0]
+	d.forget()
+	d.Tape, d.root = &d.own, 0
 	return d.Parse(text)
 }
 
 // use reads the request at node of t and forgets the values of the
 // previous one.
 func (d *document) use(t *jsontape.Tape, node int32) {
-	d.Tape, d.root, d.vals = t, node, d.vals[:0]
+	d.forget()
+	d.Tape, d.root = t, node
+}
+
+// forget drops the values read so far.
+func (d *document) forget() {
+	vals := d.vals[:cap(d.vals)]
+	for _, i := range d.set {
+		vals[i] = nil
+	}
+	d.vals, d.set = d.vals[:0], d.set[:0]
 }
 
 // release forgets the request and its values, keeping the buffers (up to
 // maxNodes nodes).
 func (d *document) release(maxNodes int) {
-	clear(d.vals)
+	d.forget()
 	d.Tape, d.own.Text = nil, ""
 	if cap(d.own.Nodes) > maxNodes || cap(d.vals) > maxNodes {
-		d.own.Nodes, d.vals = nil, nil
+		d.own.Nodes, d.vals, d.set = nil, nil, nil
 	}
 	d.objects.reset(maxNodes)
 	d.arrays.reset(maxNodes)
@@ -96,10 +112,10 @@ func (d *document) value(i int32) ref.Val {
 	switch n.Kind {
 	case '{', '[':
 		if len(d.vals) == 0 {
-			d.vals = slices.Grow(d.vals, len(d.Nodes))[:len(d.Nodes)]
-			clear(d.vals)
+			d.vals = slices.Grow(d.vals, len(d.Nodes))[:len(d.Nodes)] // nil: see vals
 		}
 		if d.vals[i] == nil {
+			d.set = append(d.set, i)
 			if n.Kind == '{' {
 				o := d.objects.new()
 				o.d, o.i = d, i
