@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -22,20 +24,32 @@ var tapes = sync.Pool{New: func() any { return new(jsontape.Tape) }}
 // JSON types of the decoded fields, by tape node kind; 0 accepts any value.
 // The request's type is checked on its own, as the object it is.
 var (
-	reviewFields  = map[string]byte{"request": 0}
-	requestFields = map[string]byte{
+	reviewFields  = fieldsOf(map[string]byte{"request": 0})
+	requestFields = fieldsOf(map[string]byte{
 		"uid": '"', "kind": '{', "requestKind": '{', "name": '"', "namespace": '"',
 		"operation": '"', "object": 0, "oldObject": 0,
 		// Not decoded, but read for the span (Request.Resource).
 		"resource": '{', "subResource": '"',
-	}
-	gvkFields = map[string]byte{"group": '"', "version": '"', "kind": '"'}
-	gvrFields = map[string]byte{"group": '"', "version": '"', "resource": '"'}
+	})
+	gvkFields = fieldsOf(map[string]byte{"group": '"', "version": '"', "kind": '"'})
+	gvrFields = fieldsOf(map[string]byte{"group": '"', "version": '"', "resource": '"'})
 	// nestedFields are the fields of the objects among requestFields.
-	nestedFields = map[string]map[string]byte{"kind": gvkFields, "requestKind": gvkFields, "resource": gvrFields}
+	nestedFields = map[string]fieldSet{"kind": gvkFields, "requestKind": gvkFields, "resource": gvrFields}
 	// rawRequestFields are those of a raw request, when it is an object.
-	rawRequestFields = map[string]byte{"uid": '"'}
+	rawRequestFields = fieldsOf(map[string]byte{"uid": '"'})
 )
+
+// fieldSet is the fields of an object: their JSON types by name, and the
+// names in a slice, which the case-insensitive match that encoding/json
+// makes walks faster than the map.
+type fieldSet struct {
+	kinds map[string]byte
+	names []string
+}
+
+func fieldsOf(kinds map[string]byte) fieldSet {
+	return fieldSet{kinds: kinds, names: slices.Sorted(maps.Keys(kinds))}
+}
 
 // decodeReviewFast decodes body when it is a review the fast decoder takes.
 func decodeReviewFast(body []byte) (*Request, bool) {
@@ -138,16 +152,16 @@ func groupVersion(t *jsontape.Tape, i int32, name string) (group, version, named
 // key that matches a field name only in another case (encoding/json would
 // take it for the field); objects named in fields are checked against
 // their nestedFields.
-func typedObject(t *jsontape.Tape, i int32, fields map[string]byte) bool {
+func typedObject(t *jsontape.Tape, i int32, fields fieldSet) bool {
 	if t.Nodes[i].Kind != '{' || !t.Unique(i) {
 		return false
 	}
 	end := t.Nodes[i].Next
 	for k := i + 1; k < end; k = t.Nodes[k+1].Next {
 		key, v := t.Str(k), k+1
-		want, ok := fields[key]
+		want, ok := fields.kinds[key]
 		if !ok {
-			for name := range fields {
+			for _, name := range fields.names {
 				if strings.EqualFold(key, name) {
 					return false
 				}
