@@ -227,6 +227,7 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 		switchedAtAnnotation:         route.switchedAt.UTC().Format(time.RFC3339),
 	}
 	if err := r.applyWebhook(ctx, servedPolicy, t, routing); err != nil {
+		r.webhookNotWritten(p, status.PolicyStatus, hook.GetName() != "", facts.served, current.Spec.PolicyGeneration, err)
 		return ctrl.Result{}, err
 	}
 	p.SetPolicyModeStatus(policiesv1.PolicyModeStatus(servedPolicy.GetPolicyMode()))
@@ -236,6 +237,28 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 		result.RequeueAfter = pendingRequeue
 	}
 	return result, nil
+}
+
+// webhookNotWritten says in p's status that its webhook configuration
+// could not be written (err): the webhook still calls served (0: there is
+// none), not the generation current. A policy that was active keeps its
+// webhook and stays active; any other is pending, its PolicyActive
+// condition False with reason WebhookConfigurationFailed and err's
+// message, the API server's answer included.
+func (r *PolicyReconciler) webhookNotWritten(p policiesv1.Policy, was policiesv1.PolicyStatusEnum, hasWebhook bool, served, current int64, err error) {
+	upToDate := served == current
+	why := ""
+	if !upToDate {
+		why = fmt.Sprintf("the webhook still calls generation %d: %v", served, err)
+	}
+	r.setCondition(p, policiesv1.PolicyServerConfigurationUpToDate, upToDate,
+		map[bool]string{true: "ConfigurationVersionMatch", false: "ConfigurationVersionMismatch"}[upToDate], "")
+	r.setCondition(p, policiesv1.PolicyUniquelyReachable, upToDate,
+		map[bool]string{true: "LatestReplicaSetIsUniquelyReachable", false: "LatestReplicaSetIsNotUniquelyReachable"}[upToDate], why)
+	if was != policiesv1.PolicyStatusActive || !hasWebhook {
+		p.SetStatus(policiesv1.PolicyStatusPending)
+		r.setActive(p, false, "WebhookConfigurationFailed", err.Error())
+	}
 }
 
 // existingWebhook returns the webhook configuration of p, of either kind,

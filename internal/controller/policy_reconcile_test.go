@@ -192,6 +192,21 @@ func stateOf(t *testing.T, c client.Client, name string) policyState {
 	return s
 }
 
+// conditionOf returns the condition of type ct of the policy called name;
+// the test fails when there is none.
+func conditionOf(t *testing.T, c client.Client, name string, ct policiesv1.PolicyConditionType) policiesv1.PolicyStatusCondition {
+	t.Helper()
+	var p policiesv1.ClusterAdmissionPolicy
+	if err := c.Get(t.Context(), client.ObjectKey{Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	cond := policiesv1.FindPolicyStatusCondition(p.Status.Conditions, ct, nil)
+	if cond == nil {
+		t.Fatalf("policy %s has no %s condition", name, ct)
+	}
+	return *cond
+}
+
 // A new policy is Pending, with no webhook, until every replica of its
 // PolicyServer serves its revision; then it gets its webhook and is
 // active.
@@ -342,11 +357,13 @@ func TestPolicyReconcileAPIErrors(t *testing.T) {
 		if !errors.Is(err, boom) || !strings.Contains(err.Error(), "writing the webhook configuration") {
 			t.Errorf("Reconcile = %v, want the webhook write's error", err)
 		}
-		// The status does not claim the policy active; it keeps the
-		// reason of the previous reconcile (the write's error is in the
-		// controller's logs and events, not the status).
-		if got, want := stateOf(t, c, "psp"), (policyState{policiesv1.PolicyStatusPending, "False", "PolicyServerNotReady"}); got != want {
+		// The status does not claim the policy active, and says why:
+		// the write failed, with the API's message.
+		if got, want := stateOf(t, c, "psp"), (policyState{policiesv1.PolicyStatusPending, "False", "WebhookConfigurationFailed"}); got != want {
 			t.Errorf("after the failed write: %v, want %v", got, want)
+		}
+		if msg := conditionOf(t, c, "psp", policiesv1.PolicyActive).Message; !strings.Contains(msg, boom.Error()) {
+			t.Errorf("PolicyActive's message %q does not give the API's %q", msg, boom.Error())
 		}
 		if path := webhookPath(t, c, "psp"); path != "" {
 			t.Errorf("a webhook calls %s", path)
@@ -357,6 +374,68 @@ func TestPolicyReconcileAPIErrors(t *testing.T) {
 		}
 		if got := stateOf(t, c, "psp"); got.status != policiesv1.PolicyStatusActive || webhookPath(t, c, "psp") == "" {
 			t.Errorf("the next reconcile: %v, webhook %q, want active with its webhook", got, webhookPath(t, c, "psp"))
+		}
+	})
+
+	t.Run("the webhook cannot be moved to a new generation", func(t *testing.T) {
+		var failing bool
+		c := newFakeClient(t, interceptor.Funcs{
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				if err := failOn[*admissionregistrationv1.ValidatingWebhookConfiguration](obj, boom); failing && err != nil {
+					return err
+				}
+				return c.Update(ctx, obj, opts...)
+			},
+		}, testPolicy("psp"), testPolicyServer(1), testCA())
+		r := policyReconciler(c)
+		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
+			t.Fatal(err)
+		}
+		markReady(t, c, "psp", 1, 1)
+		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
+			t.Fatal(err)
+		}
+		var p policiesv1.ClusterAdmissionPolicy
+		if err := c.Get(t.Context(), client.ObjectKey{Name: "psp"}, &p); err != nil {
+			t.Fatal(err)
+		}
+		p.Spec.Mode = policiesv1.PolicyModeMonitor
+		p.Generation = 2 // the API server's bump
+		if err := c.Update(t.Context(), &p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
+			t.Fatal(err)
+		}
+		markReady(t, c, "psp", 2, 1)
+		failing = true
+		if _, err := reconcilePolicy(t, r, "psp"); !errors.Is(err, boom) {
+			t.Errorf("Reconcile = %v, want the webhook write's error", err)
+		}
+		// Generation 1 is still served through the webhook: the policy
+		// stays active, and its status says that it is not up to date
+		// and why.
+		if path := webhookPath(t, c, "psp"); path != "/validate/clusterwide-psp/1" {
+			t.Errorf("the webhook calls %q, want generation 1", path)
+		}
+		if got, want := stateOf(t, c, "psp"), (policyState{policiesv1.PolicyStatusActive, "True", "PolicyActive"}); got != want {
+			t.Errorf("after the failed move: %v, want %v", got, want)
+		}
+		if cond := conditionOf(t, c, "psp", policiesv1.PolicyServerConfigurationUpToDate); cond.Status != metav1.ConditionFalse {
+			t.Errorf("%s is %s, want False", cond.Type, cond.Status)
+		}
+		if cond := conditionOf(t, c, "psp", policiesv1.PolicyUniquelyReachable); cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, boom.Error()) {
+			t.Errorf("%s is %s (%q), want False with the API's message", cond.Type, cond.Status, cond.Message)
+		}
+		failing = false
+		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
+			t.Fatal(err)
+		}
+		if path := webhookPath(t, c, "psp"); path != "/validate/clusterwide-psp/2" {
+			t.Errorf("the retry: the webhook calls %q, want generation 2", path)
+		}
+		if cond := conditionOf(t, c, "psp", policiesv1.PolicyUniquelyReachable); cond.Status != metav1.ConditionTrue {
+			t.Errorf("the retry: %s is %s, want True", cond.Type, cond.Status)
 		}
 	})
 
