@@ -28,6 +28,71 @@ const AnnotationInputs = "warden.io/audit-inputs"
 // reports written by older scanners are evaluated again.
 const inputsVersion = "warden-audit-inputs/v1"
 
+// reportAction is what a run does with the report of one object.
+type reportAction int
+
+const (
+	// actionEvaluate: the report found cannot be kept as it is without
+	// evaluating the object (decided before the evaluation only).
+	actionEvaluate reportAction = iota
+	// actionLeave: the report found says what the run would write, and
+	// nothing is written (--keep-unchanged-reports, the default).
+	actionLeave
+	// actionPatchRunUID: the report found says what the run would write:
+	// only its run-uid label, and its AnnotationInputs when the run's
+	// differs, are patched (with --keep-unchanged-reports=false, as
+	// Kubewarden does, or to update AnnotationInputs).
+	actionPatchRunUID
+	// actionReplace: the report found says something else: it is
+	// rewritten.
+	actionReplace
+	// actionCreate: no report was found: it is created.
+	actionCreate
+)
+
+// reportFacts is what decides the report of one object.
+type reportFacts struct {
+	// found says that the scope's listing found a report of the object,
+	// stored what it held.
+	found  bool
+	stored existingReport
+	// evaluated says that the object was evaluated by this run: content
+	// and inputs are its new report's digest and AnnotationInputs. Before
+	// the evaluation, inputs is what the stored report's AnnotationInputs
+	// would be if this run had written it (inputsDigest with the stored
+	// report's content), "" when the object's results cannot be reused.
+	evaluated bool
+	content   digest
+	inputs    string
+	// keepUnchanged is Options.KeepUnchangedReports.
+	keepUnchanged bool
+}
+
+// decideReport decides whether a report is created, rewritten, patched
+// (its run-uid label only) or left alone, and, before the object is
+// evaluated, whether it must be: a report found with the inputs this run
+// would evaluate the object with is kept without evaluating it. It is the
+// one place that decides; the store falls back to a rewrite when the
+// report changed or went since the listing.
+func decideReport(f reportFacts) reportAction {
+	if !f.evaluated {
+		if !f.found || f.stored.inputs == "" || f.inputs != f.stored.inputs {
+			return actionEvaluate
+		}
+		// The same inputs: the evaluation would write what is stored.
+		f.content = f.stored.digest
+	}
+	switch {
+	case !f.found:
+		return actionCreate
+	case f.content != f.stored.digest:
+		return actionReplace
+	case f.keepUnchanged && f.inputs == f.stored.inputs:
+		return actionLeave
+	}
+	return actionPatchRunUID
+}
+
 // reusable reports whether the results of obj's evaluation by matching can be
 // reused by a later run that finds the same inputs: not when a policy is
 // context-aware (its verdict depends on other objects than obj).

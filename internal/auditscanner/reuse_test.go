@@ -94,3 +94,40 @@ func TestStoredResults(t *testing.T) {
 		}
 	}
 }
+
+var actionNames = map[reportAction]string{actionEvaluate: "evaluate", actionLeave: "leave", actionPatchRunUID: "patch run-uid",
+	actionReplace: "replace", actionCreate: "create"}
+
+func TestDecideReport(t *testing.T) {
+	stored := existingReport{digest: digest{1}, inputs: "in-1"}
+	plain := existingReport{digest: digest{1}} // written with an error, or by a context-aware policy
+	for _, tc := range []struct {
+		name  string
+		facts reportFacts
+		want  reportAction
+	}{
+		// Before the evaluation: is the object evaluated at all?
+		{"no report found: evaluated", reportFacts{inputs: "in-1"}, actionEvaluate},
+		{"a report without inputs: evaluated", reportFacts{found: true, stored: plain, inputs: "in-1"}, actionEvaluate},
+		{"other inputs: evaluated", reportFacts{found: true, stored: stored, inputs: "in-2"}, actionEvaluate},
+		{"results that cannot be reused: evaluated", reportFacts{found: true, stored: stored}, actionEvaluate},
+		{"the same inputs: left alone", reportFacts{found: true, stored: stored, inputs: "in-1", keepUnchanged: true}, actionLeave},
+		{"the same inputs, --keep-unchanged-reports=false: run-uid patched", reportFacts{found: true, stored: stored, inputs: "in-1"}, actionPatchRunUID},
+
+		// After the evaluation: what is written?
+		{"no report found: created", reportFacts{evaluated: true, content: digest{1}, keepUnchanged: true}, actionCreate},
+		{"other content: rewritten", reportFacts{found: true, stored: stored, evaluated: true, content: digest{2}, inputs: "in-1", keepUnchanged: true}, actionReplace},
+		{"other content, --keep-unchanged-reports=false: rewritten", reportFacts{found: true, stored: stored, evaluated: true, content: digest{2}, inputs: "in-1"}, actionReplace},
+		{"the same content and inputs: left alone", reportFacts{found: true, stored: stored, evaluated: true, content: digest{1}, inputs: "in-1", keepUnchanged: true}, actionLeave},
+		{"the same content, other inputs: patched for its inputs", reportFacts{found: true, stored: stored, evaluated: true, content: digest{1}, inputs: "in-2", keepUnchanged: true}, actionPatchRunUID},
+		{"the same content, inputs no longer reusable: patched", reportFacts{found: true, stored: stored, evaluated: true, content: digest{1}, keepUnchanged: true}, actionPatchRunUID},
+		{"the same content, --keep-unchanged-reports=false: run-uid patched", reportFacts{found: true, stored: stored, evaluated: true, content: digest{1}, inputs: "in-1"}, actionPatchRunUID},
+		{"the same content without inputs: left alone", reportFacts{found: true, stored: plain, evaluated: true, content: digest{1}, keepUnchanged: true}, actionLeave},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := decideReport(tc.facts); got != tc.want {
+				t.Errorf("decideReport = %s, want %s", actionNames[got], actionNames[tc.want])
+			}
+		})
+	}
+}

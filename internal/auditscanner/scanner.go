@@ -424,8 +424,12 @@ func (r *run) auditResource(ctx context.Context, logger *slog.Logger, sel *polic
 	}
 	reuse := !r.opts.DisableStore && !r.opts.DisableResultReuse && reusable(matching)
 	prev, found := existing[string(obj.GetUID())]
-	if reuse && found && prev.inputs != "" && prev.inputs == inputsDigest(obj, matching, sel.skipped, sel.errored, prev.digest) {
-		name, done := r.reuseReport(ctx, logger, obj, prev, stats)
+	inputs := ""
+	if reuse && found && prev.inputs != "" {
+		inputs = inputsDigest(obj, matching, sel.skipped, sel.errored, prev.digest)
+	}
+	if act := decideReport(reportFacts{found: found, stored: prev, inputs: inputs, keepUnchanged: r.opts.KeepUnchangedReports}); act != actionEvaluate {
+		name, done := r.reuseReport(ctx, logger, obj, prev, act, stats)
 		if done {
 			return name
 		}
@@ -537,15 +541,15 @@ func (r *run) evaluate(ctx context.Context, it item, matching []*auditPolicy) ([
 }
 
 // reuseReport keeps prev, the report of obj found by the scope's listing,
-// patching its run-uid label only (store.reuse), counts its results and
-// prints it with --output-scan. It returns the report's name, and done
-// false when the report changed or went since the listing: obj must then
-// be evaluated.
-func (r *run) reuseReport(ctx context.Context, logger *slog.Logger, obj *unstructured.Unstructured, prev existingReport, stats *scopeStats) (name string, done bool) {
+// as act (decideReport) says: left alone, or its run-uid label patched
+// (store.reuse); it counts its results and prints it with --output-scan.
+// It returns the report's name, and done false when the report changed or
+// went since the listing: obj must then be evaluated.
+func (r *run) reuseReport(ctx context.Context, logger *slog.Logger, obj *unstructured.Unstructured, prev existingReport, act reportAction, stats *scopeStats) (name string, done bool) {
 	target := r.kind.empty(obj.GetNamespace() == "")
 	target.SetName(string(obj.GetUID()))
 	target.SetNamespace(obj.GetNamespace())
-	stored, reused, err := r.store.reuse(ctx, target, prev, r.opts.OutputScan)
+	stored, reused, err := r.store.reuse(ctx, target, prev, act, r.opts.OutputScan)
 	if err != nil {
 		stats.fail(err)
 		logger.ErrorContext(ctx, "report not stored", keyName, target.GetName(), keyError, err)

@@ -150,14 +150,14 @@ func annotationValue(v string) any {
 	return v
 }
 
-// reuse patches the run-uid label of the report named as obj, which the
-// scope's listing found as prev, and nothing else (keepUnchanged: writes
-// nothing, see keep). It returns the report as
-// patched (whole or its metadata only, as patchRunUID), and reused false
-// when the report changed or went since the listing (its object must then
-// be evaluated).
-func (st *store) reuse(ctx context.Context, obj client.Object, prev existingReport, whole bool) (stored client.Object, reused bool, err error) {
-	if st.keepUnchanged {
+// reuse keeps the report named as obj, which the scope's listing found as
+// prev, as act says (decideReport): actionLeave writes nothing (see keep),
+// actionPatchRunUID patches its run-uid label and nothing else. It returns
+// the report as stored (whole or its metadata only, as patchRunUID), and
+// reused false when the report changed or went since the listing (its
+// object must then be evaluated).
+func (st *store) reuse(ctx context.Context, obj client.Object, prev existingReport, act reportAction, whole bool) (stored client.Object, reused bool, err error) {
+	if act == actionLeave {
 		return st.keep(ctx, obj, prev, whole)
 	}
 	stored, err = st.patchRunUID(ctx, obj, prev, prev.inputs, whole)
@@ -190,28 +190,29 @@ func (st *store) keep(ctx context.Context, obj client.Object, prev existingRepor
 }
 
 // write stores obj, whose digest is d, knowing what the scope's listing
-// found under its name (found, prev). A report found with the same digest
-// and inputs is left as it is (--keep-unchanged-reports, the default);
-// otherwise, or with --keep-unchanged-reports=false, a report found with the
-// same digest gets a merge patch of its run-uid label (and of its
-// AnnotationInputs when obj's differs) only, guarded by the resourceVersion
-// it was compared at; a report found otherwise is replaced by a merge patch
-// of everything the scanner writes; a report not found is created. Each falls back to the
-// next when the cluster changed since the listing.
+// found under its name (found, prev), as decideReport says: a report found
+// with the same digest and inputs is left as it is
+// (--keep-unchanged-reports, the default); otherwise, or with
+// --keep-unchanged-reports=false, a report found with the same digest gets
+// a merge patch of its run-uid label (and of its AnnotationInputs when
+// obj's differs) only, guarded by the resourceVersion it was compared at; a
+// report found otherwise is replaced by a merge patch of everything the
+// scanner writes; a report not found is created. Each falls back to a
+// rewrite when the cluster changed since the listing.
 func (st *store) write(ctx context.Context, obj client.Object, d digest, prev existingReport, found bool) (outcome, error) {
-	if found && prev.digest == d && st.keepUnchanged && obj.GetAnnotations()[AnnotationInputs] == prev.inputs {
+	inputs := obj.GetAnnotations()[AnnotationInputs]
+	switch decideReport(reportFacts{found: found, stored: prev, evaluated: true, content: d, inputs: inputs, keepUnchanged: st.keepUnchanged}) {
+	case actionLeave:
 		return outcomeUnchanged, nil
-	}
-	if found && prev.digest == d {
-		_, err := st.patchRunUID(ctx, obj, prev, obj.GetAnnotations()[AnnotationInputs], false)
+	case actionPatchRunUID:
+		_, err := st.patchRunUID(ctx, obj, prev, inputs, false)
 		if err == nil {
 			return outcomeUnchanged, nil
 		}
 		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			return 0, fmt.Errorf("patching the run-uid of report %s: %w", obj.GetName(), err)
 		}
-	}
-	if !found {
+	case actionCreate:
 		err := st.c.Create(ctx, obj, skipFieldValidation)
 		if err == nil {
 			return outcomeCreated, nil
@@ -220,6 +221,12 @@ func (st *store) write(ctx context.Context, obj client.Object, d digest, prev ex
 			return 0, fmt.Errorf("creating report %s: %w", obj.GetName(), err)
 		}
 	}
+	return st.replace(ctx, obj)
+}
+
+// replace rewrites the report named as obj with a merge patch of
+// everything the scanner writes, and creates it when it is gone.
+func (st *store) replace(ctx context.Context, obj client.Object) (outcome, error) {
 	full, err := fullPatch(obj)
 	if err != nil {
 		return 0, err
