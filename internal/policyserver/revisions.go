@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,6 +69,9 @@ type revisions struct {
 	// pending are the reports of start, made by run: a replica says it
 	// serves a revision only once it does.
 	pending []readyReport
+	// served are the generations apply left served, for the metrics
+	// (generations.go), which must not wait for a sync.
+	served atomic.Pointer[[]observability.PolicyGeneration]
 }
 
 // newRevisions connects to the API server and waits until the revisions
@@ -103,6 +107,9 @@ func newRevisions(ctx context.Context, s *Server) (*revisions, error) {
 		ns: opts.PodNamespace, name: opts.PolicyServerName, pod: opts.PodName, replica: ordinal,
 		caps: opts.NamespacedCapabilities, wake: make(chan struct{}, 1), leaderWake: make(chan struct{}, 1),
 		failed: map[string]time.Time{}, aliases: map[string]string{},
+	}
+	if err := s.metrics.ObservePolicyGenerations(r.generations); err != nil {
+		return nil, err
 	}
 	informer, err := c.GetInformer(ctx, &policiesv1.PolicyRevision{})
 	if err != nil {
@@ -333,7 +340,10 @@ func (r *revisions) apply(ctx context.Context, list []servable, start bool) []re
 		}
 	}
 	r.s.retainReflectors(ctx)
-	aliases := newestAliases(list, func(id string) bool { _, ok := desired[id]; return ok && loadErrs[id] == nil })
+	served := func(id string) bool { _, ok := desired[id]; return ok && loadErrs[id] == nil }
+	aliases := newestAliases(list, served)
+	generations := servedGenerations(list, served)
+	r.served.Store(&generations)
 	if !maps.Equal(aliases, r.aliases) {
 		r.s.env.SetAliases(aliases)
 		r.aliases = aliases
