@@ -211,6 +211,7 @@ var exportedMetrics = []string{
 	"warden_reflector_synced",
 	"warden_reflector_lists_total",
 	"warden_reflector_last_list_timestamp_seconds",
+	"warden_policy_generation",
 	"kubewarden_policy_total",
 	"controller_runtime_",
 	"process_",

@@ -71,27 +71,33 @@ var (
 )
 
 // TestQueriesReturnData runs a policy server with the example policies and
-// a context-aware policy, and the controller with a few policies, on one
+// a context-aware policy, the controller with a few policies, and a
+// replica in cluster mode that serves those policies' revisions, on one
 // API server; sends the policy server accepted, rejected, mutated,
 // monitor-mode, failing, refused (a body over the limit) and audit
-// requests and a hot reload; scrapes both, and evaluates every query of
+// requests and a hot reload, and rolls out a policy's second generation;
+// scrapes the three, and evaluates every query of
 // the dashboard and every alert with Prometheus's engine: each panel query
 // and variable must return a value, and each alert must fire exactly when
 // the requests call for it.
 func TestQueriesReturnData(t *testing.T) {
 	cl := startCluster(t)
 	controllerMetrics := startController(t, cl)
+	replicaMetrics := startClusterReplica(t, cl.Config)
 	ps := startPolicyServer(t, cl.Config)
 	st := teststorage.New(t)
 	s := &scraper{storage: st}
 	psMetrics := metricsURL(ps.readiness)
 	psTarget := withInstance(policyServerTarget, ps.readiness)
+	replicaTarget := withInstance(policyServerTarget, replicaMetrics)
+	replicaTarget["pod"] = clusterReplica
 	ctrlTarget := withInstance(controllerTarget, controllerMetrics)
 
 	now := start
 	round := func(burst bool) {
 		ps.traffic(t, burst)
 		s.scrape(t, psMetrics, psTarget, now)
+		s.scrape(t, metricsURL(replicaMetrics), replicaTarget, now)
 		s.scrape(t, metricsURL(controllerMetrics), ctrlTarget, now)
 	}
 	for range quietRounds {
@@ -101,6 +107,7 @@ func TestQueriesReturnData(t *testing.T) {
 	for i := range burstRounds {
 		if i == burstRounds/2 {
 			ps.reload(t)
+			rollout(t, cl.Client, replicaMetrics)
 		}
 		round(true)
 		if i < burstRounds-1 {
@@ -141,6 +148,7 @@ func TestQueriesReturnData(t *testing.T) {
 		"WardenRejectionsJump":           true,  // the burst of privileged pods
 		"WardenPolicyReloadFailing":      true,  // a policy added by the reload fails to load
 		"WardenReflectorNotSynced":       false, // the reflector of Namespaces lists them
+		"WardenPolicyGenerationBehind":   false, // one replica serves revisions: none is behind another
 	}
 	for _, rule := range loadRules(t) {
 		t.Run("alert "+rule.Alert, func(t *testing.T) {
@@ -514,7 +522,8 @@ func startController(t *testing.T, cl *clustertest.Cluster) net.Addr {
 	})
 	create(&policiesv1.PolicyServer{
 		ObjectMeta: metav1.ObjectMeta{Name: "default"},
-		Spec:       policiesv1.PolicyServerSpec{Image: "ghcr.io/wardenhq/warden-policy-server:test", Replicas: 1},
+		// Replica 0 is the standalone policy server, 1 the one in cluster mode.
+		Spec: policiesv1.PolicyServerSpec{Image: "ghcr.io/wardenhq/warden-policy-server:test", Replicas: 2},
 	})
 	rules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
