@@ -269,11 +269,12 @@ func (p *parser) str(pos int) (int, bool) {
 	for pos++; ; pos++ {
 		// Eight bytes at a time while none is special, then one at a time.
 		for pos+8 <= len(s) {
-			w := uint64(s[pos]) | uint64(s[pos+1])<<8 | uint64(s[pos+2])<<16 | uint64(s[pos+3])<<24 |
-				uint64(s[pos+4])<<32 | uint64(s[pos+5])<<40 | uint64(s[pos+6])<<48 | uint64(s[pos+7])<<56
+			b := s[pos : pos+8] // one bounds check, then one 8-byte load
+			w := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+				uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 			if m := specialBytes(w); m != 0 {
 				pos += bits.TrailingZeros64(m) >> 3
-				break
+				goto found
 			}
 			pos += 8
 		}
@@ -283,6 +284,7 @@ func (p *parser) str(pos int) (int, bool) {
 		if pos >= len(s) {
 			return pos, false
 		}
+	found:
 		switch c := s[pos]; {
 		case c == '"':
 			pos++
