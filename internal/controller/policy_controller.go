@@ -118,11 +118,13 @@ func awaitingFirstReadyPod(sts *appsv1.StatefulSet) bool {
 	return sts != nil && sts.Status.ObservedGeneration > 0 && sts.Status.ReadyReplicas == 0
 }
 
-// schedule computes the policy's status, keeps a PolicyRevision of its
-// current generation, and points its webhook at the newest generation that
-// every replica of its PolicyServer serves (RFC 000).
+// schedule keeps a PolicyRevision of the policy's current generation,
+// points its webhook at the newest generation that every replica of its
+// PolicyServer serves (decideRouting, RFC 000), and sets the policy's
+// status in memory: decidePolicyStatus says what it reports once the
+// policy has a PolicyServer.
 func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (ctrl.Result, error) {
-	status := p.GetStatus()
+	wasActive := p.GetStatus().PolicyStatus == policiesv1.PolicyStatusActive
 	if p.GetPolicyServer() == "" {
 		p.SetStatus(policiesv1.PolicyStatusUnscheduled)
 		r.setActive(p, false, "NoPolicyServer", "the policy names no PolicyServer")
@@ -175,8 +177,6 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 		facts.revisions[rev.Spec.PolicyGeneration] = rev.Spec.Enabled
 	}
 	route := decideRouting(facts, time.Now())
-	target := route.target
-	result := ctrl.Result{RequeueAfter: route.requeueAfter}
 	if err := r.setEnabled(ctx, revs, route.enabled); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -184,80 +184,73 @@ func (r *PolicyReconciler) schedule(ctx context.Context, p policiesv1.Policy) (c
 		return ctrl.Result{}, err
 	}
 
-	upToDate := target == current.Spec.PolicyGeneration
-	r.setCondition(p, policiesv1.PolicyServerConfigurationUpToDate, upToDate,
-		map[bool]string{true: "ConfigurationVersionMatch", false: "ConfigurationVersionMismatch"}[upToDate], "")
-	why := ""
-	switch {
-	case route.waitingForPod:
-		why = fmt.Sprintf("no pod of PolicyServer %q is ready yet", ps.Name)
-	case !upToDate:
-		why = fmt.Sprintf("generation %d is not Ready on every one of the %d replicas", current.Spec.PolicyGeneration, replicas)
+	sf := statusFacts{
+		route:        route,
+		served:       facts.served,
+		current:      current.Spec.PolicyGeneration,
+		replicas:     replicas,
+		policyServer: ps.Name,
+		wasActive:    wasActive,
+		hasWebhook:   hook.GetName() != "",
 	}
-	r.setCondition(p, policiesv1.PolicyUniquelyReachable, upToDate,
-		map[bool]string{true: "LatestReplicaSetIsUniquelyReachable", false: "LatestReplicaSetIsNotUniquelyReachable"}[upToDate], why)
-	if target == 0 {
-		p.SetPolicyModeStatus(policiesv1.PolicyModeStatusUnknown)
-		if status.PolicyStatus != policiesv1.PolicyStatusActive || hook.GetName() == "" {
-			p.SetStatus(policiesv1.PolicyStatusPending)
-			r.setActive(p, false, "PolicyServerNotReady", why)
+	if route.target == 0 {
+		err = r.deleteWebhooks(ctx, p)
+	} else {
+		sf.webhook, sf.mode, err = r.writeWebhook(ctx, &ps, revs, route)
+		if sf.webhook == webhookRefused {
+			sf.writeErr = err
 		}
-		if err := r.deleteWebhooks(ctx, p); err != nil {
-			return ctrl.Result{}, err
-		}
-		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
 	}
+	decided := decidePolicyStatus(sf)
+	r.setPolicyStatus(p, decided)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: decided.requeueAfter}, nil
+}
 
+// writeWebhook points the webhook configuration of the policy at
+// route.target, a generation among revs, through the Service of ps, and
+// says what became of it: webhookUntouched while there is no CA (without
+// an error: the CA's creation wakes the reconciler) or on an error before
+// the write, webhookRefused with the API server's error, or
+// webhookWritten with the mode of the policy served.
+func (r *PolicyReconciler) writeWebhook(ctx context.Context, ps *policiesv1.PolicyServer, revs []*policiesv1.PolicyRevision, route routing) (webhookWrite, policiesv1.PolicyModeStatus, error) {
 	bundle, err := caBundle(ctx, r.Client, r.Namespace)
 	if errors.Is(err, errNoCA) {
-		// The PolicyServer reconciler makes it; its creation wakes us.
-		return ctrl.Result{RequeueAfter: pendingRequeue}, nil
+		return webhookUntouched, "", nil
 	}
 	if err != nil {
-		return ctrl.Result{}, err
+		return webhookUntouched, "", err
 	}
-	servedPolicy, err := revisionOf(revs, target).DecodePolicy()
+	servedPolicy, err := revisionOf(revs, route.target).DecodePolicy()
 	if err != nil {
-		return ctrl.Result{}, err
+		return webhookUntouched, "", err
 	}
-	t := webhookTarget{namespace: r.Namespace, service: ps.NameWithPrefix(), caBundle: bundle, url: r.PolicyServerURL, generation: target}
-	routing := map[string]string{
-		servedGenerationAnnotation:   strconv.FormatInt(target, 10),
+	t := webhookTarget{namespace: r.Namespace, service: ps.NameWithPrefix(), caBundle: bundle, url: r.PolicyServerURL, generation: route.target}
+	annotations := map[string]string{
+		servedGenerationAnnotation:   strconv.FormatInt(route.target, 10),
 		previousGenerationAnnotation: strconv.FormatInt(route.previous, 10),
 		switchedAtAnnotation:         route.switchedAt.UTC().Format(time.RFC3339),
 	}
-	if err := r.applyWebhook(ctx, servedPolicy, t, routing); err != nil {
-		r.webhookNotWritten(p, status.PolicyStatus, hook.GetName() != "", facts.served, current.Spec.PolicyGeneration, err)
-		return ctrl.Result{}, err
+	if err := r.applyWebhook(ctx, servedPolicy, t, annotations); err != nil {
+		return webhookRefused, "", err
 	}
-	p.SetPolicyModeStatus(policiesv1.PolicyModeStatus(servedPolicy.GetPolicyMode()))
-	p.SetStatus(policiesv1.PolicyStatusActive)
-	r.setActive(p, true, "PolicyActive", "")
-	if !upToDate && result.RequeueAfter == 0 {
-		result.RequeueAfter = pendingRequeue
-	}
-	return result, nil
+	return webhookWritten, policiesv1.PolicyModeStatus(servedPolicy.GetPolicyMode()), nil
 }
 
-// webhookNotWritten says in p's status that its webhook configuration
-// could not be written (err): the webhook still calls served (0: there is
-// none), not the generation current. A policy that was active keeps its
-// webhook and stays active; any other is pending, its PolicyActive
-// condition False with reason WebhookConfigurationFailed and err's
-// message, the API server's answer included.
-func (r *PolicyReconciler) webhookNotWritten(p policiesv1.Policy, was policiesv1.PolicyStatusEnum, hasWebhook bool, served, current int64, err error) {
-	upToDate := served == current
-	why := ""
-	if !upToDate {
-		why = fmt.Sprintf("the webhook still calls generation %d: %v", served, err)
+// setPolicyStatus writes the decision s into p's status, in memory.
+func (r *PolicyReconciler) setPolicyStatus(p policiesv1.Policy, s policyStatus) {
+	r.setCondition(p, policiesv1.PolicyServerConfigurationUpToDate, s.upToDate,
+		map[bool]string{true: "ConfigurationVersionMatch", false: "ConfigurationVersionMismatch"}[s.upToDate], "")
+	r.setCondition(p, policiesv1.PolicyUniquelyReachable, s.upToDate,
+		map[bool]string{true: "LatestReplicaSetIsUniquelyReachable", false: "LatestReplicaSetIsNotUniquelyReachable"}[s.upToDate], s.why)
+	if s.mode != "" {
+		p.SetPolicyModeStatus(s.mode)
 	}
-	r.setCondition(p, policiesv1.PolicyServerConfigurationUpToDate, upToDate,
-		map[bool]string{true: "ConfigurationVersionMatch", false: "ConfigurationVersionMismatch"}[upToDate], "")
-	r.setCondition(p, policiesv1.PolicyUniquelyReachable, upToDate,
-		map[bool]string{true: "LatestReplicaSetIsUniquelyReachable", false: "LatestReplicaSetIsNotUniquelyReachable"}[upToDate], why)
-	if was != policiesv1.PolicyStatusActive || !hasWebhook {
-		p.SetStatus(policiesv1.PolicyStatusPending)
-		r.setActive(p, false, "WebhookConfigurationFailed", err.Error())
+	if s.status != "" {
+		p.SetStatus(s.status)
+		r.setActive(p, s.active.ok, s.active.reason, s.active.message)
 	}
 }
 

@@ -1,6 +1,11 @@
 package controller
 
-import "time"
+import (
+	"fmt"
+	"time"
+
+	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+)
 
 // routingFacts is what decides which generation of a policy its webhook
 // calls: where the webhook points now (its annotations, servedGeneration),
@@ -73,4 +78,122 @@ func decideRouting(f routingFacts, now time.Time) routing {
 		}
 	}
 	return r
+}
+
+// webhookWrite is what became of the write of a policy's webhook
+// configuration, when its routing called for one.
+type webhookWrite int
+
+const (
+	// webhookUntouched: nothing was written, because there is no CA yet
+	// or an error came before the write (reading the CA, decoding the
+	// revision).
+	webhookUntouched webhookWrite = iota
+	// webhookWritten: the webhook configuration calls the routing's
+	// target.
+	webhookWritten
+	// webhookRefused: the API server refused the write; the webhook, if
+	// any, still calls the generation it called.
+	webhookRefused
+)
+
+// statusFacts is what decides the status of a policy that names an
+// existing PolicyServer, once its routing is decided.
+type statusFacts struct {
+	// route is the routing decided (decideRouting); served is the
+	// generation the webhook called before it (0: none).
+	route  routing
+	served int64
+	// current is the policy's generation, replicas the number of replicas
+	// that may answer its webhook (replicasServing), policyServer the
+	// PolicyServer's name.
+	current      int64
+	replicas     int32
+	policyServer string
+	// wasActive says the policy's status was Active, hasWebhook that a
+	// webhook configuration of the policy existed.
+	wasActive, hasWebhook bool
+	// webhook is what became of the webhook configuration when
+	// route.target is not 0, with the API server's error when it was
+	// refused and the mode of the revision served when it was written.
+	webhook  webhookWrite
+	writeErr error
+	mode     policiesv1.PolicyModeStatus
+}
+
+// condition is the status, reason and message of one of a policy's
+// conditions.
+type condition struct {
+	ok              bool
+	reason, message string
+}
+
+// policyStatus is the decision: what the policy's status says and when
+// to look again.
+type policyStatus struct {
+	// upToDate is whether the webhook calls the current generation: the
+	// PolicyServerConfigurationUpToDate and PolicyUniquelyReachable
+	// conditions, the latter with why as its message.
+	upToDate bool
+	why      string
+	// status and active, the PolicyActive condition, are left as they
+	// are when status is empty.
+	status policiesv1.PolicyStatusEnum
+	active condition
+	// mode is the policy mode served; empty leaves it as it is.
+	mode policiesv1.PolicyModeStatus
+	// requeueAfter is when to look again (0: only when a watch wakes the
+	// reconciler).
+	requeueAfter time.Duration
+}
+
+// decidePolicyStatus says what a policy's status reports: Active once its
+// webhook calls a generation, Pending while it has none and did not have
+// one; a policy active through the webhook of an older generation stays
+// active, its conditions saying the webhook is not up to date and why. A
+// policy that is not up to date is looked at again after pendingRequeue,
+// or when its old generation stops draining.
+func decidePolicyStatus(f statusFacts) policyStatus {
+	upToDate := f.route.target == f.current
+	s := policyStatus{upToDate: upToDate}
+	switch {
+	case f.route.waitingForPod:
+		s.why = fmt.Sprintf("no pod of PolicyServer %q is ready yet", f.policyServer)
+	case !upToDate:
+		s.why = fmt.Sprintf("generation %d is not Ready on every one of the %d replicas", f.current, f.replicas)
+	}
+	keepsActive := f.wasActive && f.hasWebhook
+	if f.route.target == 0 {
+		s.mode = policiesv1.PolicyModeStatusUnknown
+		if !keepsActive {
+			s.status = policiesv1.PolicyStatusPending
+			s.active = condition{reason: "PolicyServerNotReady", message: s.why}
+		}
+		s.requeueAfter = pendingRequeue
+		return s
+	}
+	switch f.webhook {
+	case webhookUntouched:
+		s.requeueAfter = pendingRequeue
+	case webhookRefused:
+		// The webhook still calls the generation it called.
+		s.upToDate = f.served == f.current
+		s.why = ""
+		if !s.upToDate {
+			s.why = fmt.Sprintf("the webhook still calls generation %d: %v", f.served, f.writeErr)
+		}
+		if !keepsActive {
+			s.status = policiesv1.PolicyStatusPending
+			s.active = condition{reason: "WebhookConfigurationFailed", message: f.writeErr.Error()}
+		}
+	case webhookWritten:
+		s.mode = f.mode
+		s.status = policiesv1.PolicyStatusActive
+		s.active = condition{ok: true, reason: "PolicyActive"}
+		s.requeueAfter = f.route.requeueAfter
+		if !upToDate && s.requeueAfter == 0 {
+			s.requeueAfter = pendingRequeue
+		}
+	}
+	return s
 }
