@@ -78,7 +78,6 @@ func templateHash(tmpl *corev1.PodTemplateSpec) (string, error) {
 
 // desiredStatefulSet sets sts to run ps with the ConfigMap at configVersion.
 func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps *policiesv1.PolicyServer, configVersion string, hasSources bool) {
-	labels := podLabels(ps, configVersion)
 	if sts.Labels == nil {
 		sts.Labels = map[string]string{}
 	}
@@ -96,9 +95,21 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 	sts.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": ps.AppLabel()}}
 
 	tmpl := &sts.Spec.Template
-	tmpl.Labels = labels
+	tmpl.Labels = podLabels(ps, configVersion)
 	tmpl.Annotations = maps.Clone(ps.Spec.Annotations)
-	spec := &tmpl.Spec
+	r.desiredPodSettings(&tmpl.Spec, ps)
+	in := r.serverInputs(ps, hasSources)
+	if r.observabilityInputs(&in) {
+		tmpl.Annotations = setAnnotation(tmpl.Annotations, otelInjectAnnotation, "true")
+	}
+	tmpl.Spec.Volumes = in.volumes
+	tmpl.Spec.Containers = []corev1.Container{policyServerContainer(ps, in)}
+}
+
+// desiredPodSettings sets what spec says of a policy server's pod besides
+// its volumes and container: its service account, where it is scheduled,
+// its network, image pull secrets and security context.
+func (r *PolicyServerReconciler) desiredPodSettings(spec *corev1.PodSpec, ps *policiesv1.PolicyServer) {
 	spec.ServiceAccountName = ps.Spec.ServiceAccountName
 	spec.Tolerations = ps.Spec.Tolerations
 	spec.PriorityClassName = ps.Spec.PriorityClassName
@@ -124,24 +135,72 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		}
 	}
+}
 
-	volumes := []corev1.Volume{
-		{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ps.NameWithPrefix()}}},
-		{Name: "policy-store", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+// podInputs is what configures the policy server in its pod: the pod's
+// volumes, their mounts in the container and the container's environment,
+// each in the order it is added.
+type podInputs struct {
+	volumes []corev1.Volume
+	mounts  []corev1.VolumeMount
+	env     []corev1.EnvVar
+}
+
+// mount adds the volume v, mounted as m, and env.
+func (in *podInputs) mount(v corev1.Volume, m corev1.VolumeMount, env ...corev1.EnvVar) {
+	in.volumes = append(in.volumes, v)
+	in.mounts = append(in.mounts, m)
+	in.env = append(in.env, env...)
+}
+
+// mountFile adds the volume called name, with one file of a ConfigMap or
+// Secret (src), mounted read-only as dir/file, and sets pathVar, unless
+// empty, to that path.
+func (in *podInputs) mountFile(name string, src corev1.VolumeSource, dir, file, pathVar string) {
+	var env []corev1.EnvVar
+	if pathVar != "" {
+		env = append(env, corev1.EnvVar{Name: pathVar, Value: dir + "/" + file})
 	}
-	mounts := []corev1.VolumeMount{
-		{Name: "certs", MountPath: pkiDir, ReadOnly: true},
-		{Name: "policy-store", MountPath: storeDir},
-	}
-	webhookPort, readinessPort := ps.EffectiveWebhookPort(), ps.EffectiveReadinessProbePort()
+	in.mount(corev1.Volume{Name: name, VolumeSource: src}, corev1.VolumeMount{Name: name, MountPath: dir, ReadOnly: true}, env...)
+}
+
+// configMapKey is the key of the ConfigMap called name as a volume holding
+// it as file.
+func configMapKey(name, key, file string) corev1.VolumeSource {
+	return corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+		LocalObjectReference: corev1.LocalObjectReference{Name: name},
+		Items:                []corev1.KeyToPath{{Key: key, Path: file}},
+	}}
+}
+
+// secretKey is the key of the Secret called name as a volume holding it
+// as file.
+func secretKey(name, key, file string) corev1.VolumeSource {
+	return corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: name,
+		Items:      []corev1.KeyToPath{{Key: key, Path: file}},
+	}}
+}
+
+// serverInputs is the policy server's configuration for ps: its
+// certificates, store and listening ports, cluster mode (RFC 000), the
+// files its PolicyServer names (sources when hasSources, verification and
+// Sigstore trust configs, pull secret, shared cache), mutual TLS, and
+// last the PolicyServer's own env.
+func (r *PolicyServerReconciler) serverInputs(ps *policiesv1.PolicyServer, hasSources bool) podInputs {
+	var in podInputs
+	in.mount(corev1.Volume{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ps.NameWithPrefix()}}},
+		corev1.VolumeMount{Name: "certs", MountPath: pkiDir, ReadOnly: true})
+	in.mount(corev1.Volume{Name: "policy-store", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		corev1.VolumeMount{Name: "policy-store", MountPath: storeDir})
 	// Cluster mode (RFC 000): each replica serves the PolicyRevisions of
 	// the PolicyServer and reports on them as the replica its pod name
 	// ends with.
-	env := []corev1.EnvVar{
+	in.env = []corev1.EnvVar{
 		{Name: "KUBEWARDEN_CERT_FILE", Value: pkiDir + "/tls.crt"},
 		{Name: "KUBEWARDEN_KEY_FILE", Value: pkiDir + "/tls.key"},
-		{Name: "KUBEWARDEN_PORT", Value: strconv.Itoa(int(webhookPort))},
-		{Name: "KUBEWARDEN_READINESS_PROBE_PORT", Value: strconv.Itoa(int(readinessPort))},
+		{Name: "KUBEWARDEN_PORT", Value: strconv.Itoa(int(ps.EffectiveWebhookPort()))},
+		{Name: "KUBEWARDEN_READINESS_PROBE_PORT", Value: strconv.Itoa(int(ps.EffectiveReadinessProbePort()))},
 		{Name: "KUBEWARDEN_POLICIES_DOWNLOAD_DIR", Value: storeDir},
 		{Name: "WARDEN_CACHE_DIR", Value: storeDir + "/compiled"},
 		{Name: "KUBEWARDEN_POLICY_SERVER_NAME", Value: ps.Name},
@@ -149,126 +208,81 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 		{Name: "KUBEWARDEN_POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
 	}
 	if c := ps.Spec.PolicyCache; c != nil {
-		volumes = append(volumes, corev1.Volume{Name: "policy-cache", VolumeSource: corev1.VolumeSource{
+		in.mount(corev1.Volume{Name: "policy-cache", VolumeSource: corev1.VolumeSource{
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ClaimName},
-		}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "policy-cache", MountPath: policyCacheDir})
-		env = append(env,
+		}}, corev1.VolumeMount{Name: "policy-cache", MountPath: policyCacheDir},
 			corev1.EnvVar{Name: "WARDEN_SHARED_CACHE_DIR", Value: policyCacheDir},
 			corev1.EnvVar{Name: "WARDEN_CACHE_SIGNING_CERT_FILE", Value: pkiDir + "/" + cacheSigningCertKey},
 			corev1.EnvVar{Name: "WARDEN_CACHE_SIGNING_KEY_FILE", Value: pkiDir + "/" + cacheSigningKeyKey},
 			corev1.EnvVar{Name: "WARDEN_CACHE_CA_FILE", Value: pkiDir + "/" + caCertKey})
 	}
 	if caps := ps.Spec.NamespacedPoliciesCapabilities; len(caps) > 0 {
-		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_NAMESPACED_POLICIES_CAPABILITIES", Value: strings.Join(caps, ",")})
+		in.env = append(in.env, corev1.EnvVar{Name: "KUBEWARDEN_NAMESPACED_POLICIES_CAPABILITIES", Value: strings.Join(caps, ",")})
 	}
 	if hasSources {
-		volumes = append(volumes, corev1.Volume{Name: "sources", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: ps.NameWithPrefix()},
-			Items:                []corev1.KeyToPath{{Key: sourcesKey, Path: sourcesKey}},
-		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "sources", MountPath: "/sources", ReadOnly: true})
-		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_SOURCES_PATH", Value: "/sources/" + sourcesKey})
+		in.mountFile("sources", configMapKey(ps.NameWithPrefix(), sourcesKey, sourcesKey), "/sources", sourcesKey, "KUBEWARDEN_SOURCES_PATH")
 	}
-	if ps.Spec.VerificationConfig != "" {
-		volumes = append(volumes, corev1.Volume{Name: "verification", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: ps.Spec.VerificationConfig},
-			Items:                []corev1.KeyToPath{{Key: "verification-config", Path: "verification.yml"}},
-		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "verification", MountPath: "/verification", ReadOnly: true})
-		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_VERIFICATION_CONFIG_PATH", Value: "/verification/verification.yml"})
+	if name := ps.Spec.VerificationConfig; name != "" {
+		in.mountFile("verification", configMapKey(name, "verification-config", "verification.yml"),
+			"/verification", "verification.yml", "KUBEWARDEN_VERIFICATION_CONFIG_PATH")
 	}
-	if ps.Spec.SigstoreTrustConfig != "" {
-		volumes = append(volumes, corev1.Volume{Name: "sigstore-trust", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: ps.Spec.SigstoreTrustConfig},
-			Items:                []corev1.KeyToPath{{Key: sigstoreTrustConfigKey, Path: sigstoreTrustConfigKey + ".json"}},
-		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "sigstore-trust", MountPath: "/sigstore-trust", ReadOnly: true})
-		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_SIGSTORE_TRUST_CONFIG_PATH", Value: "/sigstore-trust/" + sigstoreTrustConfigKey + ".json"})
+	if name := ps.Spec.SigstoreTrustConfig; name != "" {
+		file := sigstoreTrustConfigKey + ".json"
+		in.mountFile("sigstore-trust", configMapKey(name, sigstoreTrustConfigKey, file), "/sigstore-trust", file, "KUBEWARDEN_SIGSTORE_TRUST_CONFIG_PATH")
 	}
-	if ps.Spec.ImagePullSecret != "" {
-		volumes = append(volumes, corev1.Volume{Name: "imagepullsecret", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-			SecretName: ps.Spec.ImagePullSecret,
-			Items:      []corev1.KeyToPath{{Key: ".dockerconfigjson", Path: "config.json"}},
-		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: "imagepullsecret", MountPath: "/home/kubewarden/.docker", ReadOnly: true})
-		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_DOCKER_CONFIG_JSON_PATH", Value: "/home/kubewarden/.docker/config.json"})
+	if name := ps.Spec.ImagePullSecret; name != "" {
+		in.mountFile("imagepullsecret", secretKey(name, ".dockerconfigjson", "config.json"),
+			"/home/kubewarden/.docker", "config.json", "KUBEWARDEN_DOCKER_CONFIG_JSON_PATH")
 	}
 	if r.AlwaysAcceptOnDeploymentsNamespace {
-		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_ALWAYS_ACCEPT_ADMISSION_REVIEWS_ON_NAMESPACE", Value: r.Namespace})
+		in.env = append(in.env, corev1.EnvVar{Name: "KUBEWARDEN_ALWAYS_ACCEPT_ADMISSION_REVIEWS_ON_NAMESPACE", Value: r.Namespace})
 	}
 	if name := r.Pods.ClientCAConfigMap; name != "" {
-		volumes = append(volumes,
-			corev1.Volume{Name: "kubewarden-ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-				SecretName: caSecretName, Items: []corev1.KeyToPath{{Key: caCertKey, Path: caCertKey}},
-			}}},
-			corev1.Volume{Name: "client-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-				LocalObjectReference: corev1.LocalObjectReference{Name: name},
-				Items:                []corev1.KeyToPath{{Key: clientCAKey, Path: clientCAKey}},
-			}}})
-		mounts = append(mounts,
-			corev1.VolumeMount{Name: "kubewarden-ca", MountPath: "/ca", ReadOnly: true},
-			corev1.VolumeMount{Name: "client-ca", MountPath: "/client-ca", ReadOnly: true})
-		env = append(env, corev1.EnvVar{Name: "KUBEWARDEN_CLIENT_CA_FILE", Value: "/ca/" + caCertKey + ",/client-ca/" + clientCAKey})
+		in.mountFile("kubewarden-ca", secretKey(caSecretName, caCertKey, caCertKey), "/ca", caCertKey, "")
+		in.mountFile("client-ca", configMapKey(name, clientCAKey, clientCAKey), "/client-ca", clientCAKey, "")
+		in.env = append(in.env, corev1.EnvVar{Name: "KUBEWARDEN_CLIENT_CA_FILE", Value: "/ca/" + caCertKey + ",/client-ca/" + clientCAKey})
 	}
-	env = append(env, ps.Spec.Env...)
-	// The controller's observability settings win over the PolicyServer's
-	// env, as in Kubewarden.
+	in.env = append(in.env, ps.Spec.Env...)
+	return in
+}
+
+// observabilityInputs sets the controller's metrics and tracing settings
+// in in, over the PolicyServer's env, as in Kubewarden, and says whether
+// the pod asks for the OpenTelemetry collector sidecar.
+func (r *PolicyServerReconciler) observabilityInputs(in *podInputs) (sidecar bool) {
 	if r.EnableMetrics {
-		env = setEnv(env, "KUBEWARDEN_ENABLE_METRICS", "true")
+		in.env = setEnv(in.env, "KUBEWARDEN_ENABLE_METRICS", "true")
 	}
 	if r.Pods.EnableTracing {
-		env = setEnv(env, "KUBEWARDEN_LOG_FMT", "otlp")
+		in.env = setEnv(in.env, "KUBEWARDEN_LOG_FMT", "otlp")
 	}
-	if r.EnableMetrics || r.Pods.EnableTracing {
-		switch {
-		case !r.Pods.OtelSidecar:
-			for _, e := range r.Pods.OtelEnv {
-				env = setEnv(env, e.Name, e.Value)
-			}
-			volumes, mounts = r.otelCertificateMounts(volumes, mounts)
-			if r.EnableMetrics {
-				// No collector sidecar serves Prometheus on the
-				// Service's metrics port: the policy server does, so
-				// a ServiceMonitor written for Kubewarden scrapes it.
-				env = setEnv(env, "WARDEN_METRICS_PORT", strconv.Itoa(metricsTargetPort))
-			}
-		case !r.Pods.HostNetwork:
-			tmpl.Annotations = setAnnotation(tmpl.Annotations, otelInjectAnnotation, "true")
-			env = setEnv(env, "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4317")
+	if !r.EnableMetrics && !r.Pods.EnableTracing {
+		return false
+	}
+	switch {
+	case !r.Pods.OtelSidecar:
+		for _, e := range r.Pods.OtelEnv {
+			in.env = setEnv(in.env, e.Name, e.Value)
 		}
-	}
-
-	securityContext := ps.Spec.SecurityContexts.Container
-	if securityContext == nil {
-		securityContext = &corev1.SecurityContext{
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			RunAsNonRoot:             ptr.To(true),
-			AllowPrivilegeEscalation: ptr.To(false),
-			Privileged:               ptr.To(false),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		r.otelCertificateMounts(in)
+		if r.EnableMetrics {
+			// No collector sidecar serves Prometheus on the Service's
+			// metrics port: the policy server does, so a ServiceMonitor
+			// written for Kubewarden scrapes it.
+			in.env = setEnv(in.env, "WARDEN_METRICS_PORT", strconv.Itoa(metricsTargetPort))
 		}
+	case !r.Pods.HostNetwork:
+		in.env = setEnv(in.env, "OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4317")
+		return true
 	}
-	spec.Volumes = volumes
-	spec.Containers = []corev1.Container{{
-		Name:            "policy-server",
-		Image:           ps.Spec.Image,
-		Env:             env,
-		VolumeMounts:    mounts,
-		SecurityContext: securityContext,
-		Ports:           []corev1.ContainerPort{{Name: "webhook", ContainerPort: webhookPort, Protocol: corev1.ProtocolTCP}},
-		Resources:       corev1.ResourceRequirements{Limits: ps.Spec.Limits, Requests: ps.Spec.Requests},
-		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-			Path: "/readiness", Port: intstr.FromInt32(readinessPort), Scheme: corev1.URISchemeHTTP,
-		}}},
-	}}
+	return false
 }
 
 // otelCertificateMounts mounts the OpenTelemetry collector's CA and the
 // client certificate Secrets in the directories the replicated
 // OTEL_EXPORTER_OTLP_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE
 // name.
-func (r *PolicyServerReconciler) otelCertificateMounts(volumes []corev1.Volume, mounts []corev1.VolumeMount) ([]corev1.Volume, []corev1.VolumeMount) {
+func (r *PolicyServerReconciler) otelCertificateMounts(in *podInputs) {
 	for _, m := range []struct{ volume, secret, pathVar string }{
 		{"otel-collector-certificate", r.Pods.OtelCertificateSecret, "OTEL_EXPORTER_OTLP_CERTIFICATE"},
 		{"otel-collector-client-certificate", r.Pods.OtelClientCertificateSecret, "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"},
@@ -282,12 +296,37 @@ func (r *PolicyServerReconciler) otelCertificateMounts(volumes []corev1.Volume, 
 				dir = path.Dir(e.Value)
 			}
 		}
-		volumes = append(volumes, corev1.Volume{Name: m.volume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		in.mount(corev1.Volume{Name: m.volume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: m.secret, DefaultMode: ptr.To[int32](0o420),
-		}}})
-		mounts = append(mounts, corev1.VolumeMount{Name: m.volume, MountPath: dir, ReadOnly: true})
+		}}}, corev1.VolumeMount{Name: m.volume, MountPath: dir, ReadOnly: true})
 	}
-	return volumes, mounts
+}
+
+// policyServerContainer is the policy server's container for ps,
+// configured by in.
+func policyServerContainer(ps *policiesv1.PolicyServer, in podInputs) corev1.Container {
+	securityContext := ps.Spec.SecurityContexts.Container
+	if securityContext == nil {
+		securityContext = &corev1.SecurityContext{
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			RunAsNonRoot:             ptr.To(true),
+			AllowPrivilegeEscalation: ptr.To(false),
+			Privileged:               ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		}
+	}
+	return corev1.Container{
+		Name:            "policy-server",
+		Image:           ps.Spec.Image,
+		Env:             in.env,
+		VolumeMounts:    in.mounts,
+		SecurityContext: securityContext,
+		Ports:           []corev1.ContainerPort{{Name: "webhook", ContainerPort: ps.EffectiveWebhookPort(), Protocol: corev1.ProtocolTCP}},
+		Resources:       corev1.ResourceRequirements{Limits: ps.Spec.Limits, Requests: ps.Spec.Requests},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: "/readiness", Port: intstr.FromInt32(ps.EffectiveReadinessProbePort()), Scheme: corev1.URISchemeHTTP,
+		}}},
+	}
 }
 
 // setEnv sets name to value in env, in place of an earlier value.
