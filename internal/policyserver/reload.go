@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -128,7 +129,23 @@ func (s *Server) Reload(ctx context.Context) []engine.Change {
 		s.recordReload(ctx, c)
 	}
 	s.retainReflectors(ctx)
+	if loadedModules(changes) {
+		// As after the start (New): loading leaves behind garbage several
+		// times the size of the modules; hand it back to the OS now.
+		debug.FreeOSMemory()
+	}
 	return changes
+}
+
+// loadedModules reports whether changes added or replaced a policy, which
+// compiled or instantiated modules.
+func loadedModules(changes []engine.Change) bool {
+	for _, c := range changes {
+		if c.Err == nil && c.Action != engine.ActionRemove {
+			return true
+		}
+	}
+	return false
 }
 
 // prefetched is called when a fetch that a reload started has ended: the

@@ -417,6 +417,17 @@ func (r *Runtime) Release(ctx context.Context, m *Module) {
 	r.code = slices.DeleteFunc(r.code, func(c codeRegion) bool { return slices.Contains(m.code, c) })
 	codeMu.Unlock()
 	_ = m.compiled.Close(ctx)
+	// A large module leaves hundreds of MiB of heap behind (its decoded,
+	// rewritten and compiled copies). wazero unmaps its machine code in a
+	// finalizer, once a collection has found the module unreachable, and
+	// what the module held is free only at the collection after that:
+	// collect now, then have the free pages returned (giveback.go), rather
+	// than wait for the scavenger. Not on the caller's goroutine, which
+	// may be a request's.
+	go func() {
+		runtime.GC()
+		r.giveBack.request()
+	}()
 }
 
 // CompiledModules is the number of modules the runtime holds compiled. It
