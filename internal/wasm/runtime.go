@@ -82,8 +82,11 @@ type Runtime struct {
 	// maxHostCall and maxResponse are Config.MaxHostCallBytes and
 	// Config.MaxResponseBytes.
 	maxHostCall, maxResponse int
-	// giveBack returns memory to the OS after failed calls (giveback.go).
+	// giveBack returns memory to the OS after failed calls (giveback.go)
+	// and after the release of a module (Release), which sets freeing
+	// while it collects first.
 	giveBack giveBack
+	freeing  atomic.Bool
 	// guestSlots bounds the goroutines running guest code at once to
 	// GOMAXPROCS-1 (at least 1), as of NewRuntime. The Go scheduler cannot
 	// preempt guest machine code, so a free P is what lets the timers that
@@ -423,11 +426,16 @@ func (r *Runtime) Release(ctx context.Context, m *Module) {
 	// what the module held is free only at the collection after that:
 	// collect now, then have the free pages returned (giveback.go), rather
 	// than wait for the scavenger. Not on the caller's goroutine, which
-	// may be a request's.
-	go func() {
-		runtime.GC()
-		r.giveBack.request()
-	}()
+	// may be a request's, and once for the modules released meanwhile
+	// (a reload that swaps many): one released while the collection runs
+	// is freed by the give-back's own.
+	if r.freeing.CompareAndSwap(false, true) {
+		go func() {
+			runtime.GC()
+			r.freeing.Store(false)
+			r.giveBack.request()
+		}()
+	}
 }
 
 // CompiledModules is the number of modules the runtime holds compiled. It
