@@ -285,6 +285,9 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admissi
 	}
 	vr, err := p.run.validate(cctx, p.host, req, p.settings)
 	release()
+	if err != nil && leftBeforeTheGuestRan(ctx, err) {
+		return nil, nil
+	}
 	if err != nil {
 		if errors.Is(err, wasm.ErrDeadlineExceeded) {
 			e.logger.ErrorContext(ctx, "policy evaluation exceeded its time limit",
@@ -308,6 +311,20 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admissi
 		return failed(ctx, p, internalError(uid, err.Error())), nil
 	}
 	return resp, vr.MutatedObject
+}
+
+// leftBeforeTheGuestRan reports whether err, a runner's, ends a call whose
+// context (ctx, the request's) was done while it waited for a guest slot:
+// the runtime's wait ends with the context's own error, while a guest it
+// interrupted fails with the context's cause. A context cancelled without
+// a cause (net/http's, when the client has gone) cannot tell the two
+// apart; nobody reads either answer.
+func leftBeforeTheGuestRan(ctx context.Context, err error) bool {
+	if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
+		return false
+	}
+	cause := context.Cause(ctx)
+	return cause == context.Canceled || !errors.Is(err, cause)
 }
 
 // callQueue bounds one policy's guest calls: workers run at once, so that

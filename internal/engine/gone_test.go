@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -93,5 +94,37 @@ loop: {module: "{loop}", timeoutEvalSeconds: 1}
 	}
 	if len(failures) != 1 || failures[0] != "loop: "+msgTimeout {
 		t.Fatalf("failures %q, want the loop's timeout", failures)
+	}
+}
+
+// TestLeftBeforeTheGuestRan checks how a runner's error tells a request
+// whose client left while it waited for a guest slot (not evaluated) from
+// one whose guest the same cancellation interrupted.
+func TestLeftBeforeTheGuestRan(t *testing.T) {
+	gone := errors.New("the client closed its connection")
+	cancelled := func(cause error) context.Context {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(cause)
+		return ctx
+	}
+	tests := []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{name: "waited for a slot, cancelled with a cause", ctx: cancelled(gone), err: context.Canceled, want: true},
+		{name: "waited for a slot, cancelled", ctx: cancelled(nil), err: context.Canceled, want: true},
+		{name: "interrupted, cancelled with a cause", ctx: cancelled(gone), err: fmt.Errorf("guest call interrupted: %w", gone)},
+		{name: "interrupted, cancelled (nobody reads it)", ctx: cancelled(nil), err: fmt.Errorf("guest call interrupted: %w", context.Canceled), want: true},
+		{name: "the context is alive", ctx: context.Background(), err: context.Canceled},
+		{name: "another error", ctx: cancelled(gone), err: errors.New("trap")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := leftBeforeTheGuestRan(tt.ctx, tt.err); got != tt.want {
+				t.Errorf("leftBeforeTheGuestRan = %t, want %t", got, tt.want)
+			}
+		})
 	}
 }

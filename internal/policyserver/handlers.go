@@ -280,8 +280,10 @@ func (s *Server) handleReview(origin engine.Origin) http.HandlerFunc {
 		}
 		defer req.Release()
 		id := r.PathValue("id")
+		ctx, stop := watchClient(r) // gone.go
+		defer stop()
 		// As in Kubewarden, a request whose body does not decode has no span.
-		ctx, span := s.tracing.Start(r.Context(), spanName, id)
+		ctx, span := s.tracing.Start(ctx, spanName, id)
 		defer span.End()
 		if span.Recording() {
 			span.SetRequest(spanRequest(req))
@@ -342,8 +344,10 @@ func (s *Server) handleRaw(w http.ResponseWriter, r *http.Request) {
 	}
 	defer req.Release()
 	id := r.PathValue("id")
+	ctx, stop := watchClient(r) // gone.go
+	defer stop()
 	// Kubewarden's raw span records no request attributes.
-	ctx, span := s.tracing.Start(r.Context(), observability.SpanValidationRaw, id)
+	ctx, span := s.tracing.Start(ctx, observability.SpanValidationRaw, id)
 	defer span.End()
 	resp, err := s.env.ValidateRaw(ctx, id, req)
 	if err != nil {

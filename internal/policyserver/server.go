@@ -415,6 +415,7 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 		ReadTimeout:       s.opts.RequestReadTimeout,
 		IdleTimeout:       90 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
+		ConnContext:       withConn, // for watchClient (gone.go)
 	}
 }
 
