@@ -409,9 +409,8 @@ func (a *activation) eval(pr *program) (ref.Val, error) {
 		}
 		a.budget -= int64(min(*cost, uint64(a.budget)))
 	}
-	var cancelled interpreter.EvalCancelledError
 	switch {
-	case err != nil && errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded:
+	case err != nil && overCostLimit(err):
 		return nil, fmt.Errorf("%s: %w: the expression went over its cost limit of %d (%v)", pr.path, ErrCostLimit, a.p.costLimit, err)
 	case err != nil && a.ctx.Err() != nil:
 		return nil, fmt.Errorf("%s: %w", pr.path, a.ctx.Err())
@@ -421,4 +420,12 @@ func (a *activation) eval(pr *program) (ref.Val, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// overCostLimit reports whether err is cel-go's cancellation of an
+// expression that went over its cost limit. (Its own function so that an
+// evaluation without error does not allocate the target of errors.As.)
+func overCostLimit(err error) bool {
+	var cancelled interpreter.EvalCancelledError
+	return errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded
 }
