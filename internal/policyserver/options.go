@@ -249,7 +249,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CacheDir, "cache-dir", o.CacheDir, "Directory of the compiled-module cache (empty: no cache)")
 	fs.IntVar(&o.MemoryLimitMiB, "memory-limit", o.MemoryLimitMiB, "Memory cap of one policy instance, in MiB")
 	fs.Int64Var(&o.MaxRequestBodySize, "max-request-body-bytes", o.MaxRequestBodySize, "Largest request body accepted")
-	fs.IntVar(&o.MaxHostCallBytes, "max-host-call-payload-bytes", o.MaxHostCallBytes, "Largest payload a policy may hand the host in one host call (a tracing/log line included); a larger call fails, naming this limit, and the policy gets that error")
+	fs.IntVar(&o.MaxHostCallBytes, "max-host-call-payload-bytes", o.MaxHostCallBytes, "Largest payload a policy may hand the host in one host call (a tracing/log line included, and the arguments of a Rego builtin the host runs); a larger call fails, naming this limit, and the policy gets that error (a Rego policy's evaluation fails with it)")
 	fs.IntVar(&o.MaxResponseBytes, "max-policy-response-bytes", o.MaxResponseBytes, "Largest answer a wasm policy may give to one evaluation; a larger one is an evaluation error (allowed false, code 500) naming this limit")
 	fs.DurationVar(&o.FetchConnectTimeout, "fetch-connect-timeout", o.FetchConnectTimeout, "Longest time to connect to a registry or HTTPS server for a module, TLS handshake included")
 	fs.DurationVar(&o.FetchIdleTimeout, "fetch-idle-timeout", o.FetchIdleTimeout, "A module fetch fails when no byte arrives for this long (headers or body)")

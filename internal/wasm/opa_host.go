@@ -42,15 +42,33 @@ func (st *opaCall) stop(err error) {
 
 // builtin runs the builtin with the given id on the values at addrs and
 // returns the address of its result, 0 when it is undefined.
+//
+// The arguments are what the guest hands the host in this call: together,
+// in OPA's text form, they are bounded by Config.MaxHostCallBytes, as a
+// waPC host call's payload is. An argument past the bound is not copied
+// out of the guest, and the evaluation stops with a
+// *BuiltinArgsTooLargeError: OPA's Go builtins would otherwise parse and
+// work on a value of any size the guest could build (a policy calling
+// regex.split or yaml.unmarshal on a huge string made of its input).
 func (st *opaCall) builtin(ctx context.Context, id uint32, addrs []uint64) uint64 {
 	name, ok := st.names[int32(id)]
 	if !ok {
 		st.stop(fmt.Errorf("the policy called unknown builtin %d", id))
 	}
 	c := &opaCaller{in: st.in, ctx: ctx}
+	limit := st.in.r.maxHostCall
+	left := limit
 	args := make([][]byte, len(addrs))
 	for i, addr := range addrs {
-		args[i] = c.string(c.call(fnValueDump, uint64(api.DecodeU32(addr))))
+		dump := c.call(fnValueDump, uint64(api.DecodeU32(addr)))
+		if c.err != nil {
+			break
+		}
+		args[i], c.err = cStringMax(c.in.mod.Memory(), dump, left)
+		if _, over := errors.AsType[*ResponseTooLargeError](c.err); over {
+			st.stop(&BuiltinArgsTooLargeError{Builtin: name, Limit: limit})
+		}
+		left -= len(args[i])
 	}
 	if c.err != nil {
 		st.stop(c.err)
@@ -67,6 +85,18 @@ func (st *opaCall) builtin(ctx context.Context, id uint32, addrs []uint64) uint6
 		st.stop(c.err)
 	}
 	return addr
+}
+
+// BuiltinArgsTooLargeError reports an OPA module that called a builtin
+// left to the host with arguments over the cap (Config.MaxHostCallBytes):
+// the evaluation stops with it.
+type BuiltinArgsTooLargeError struct {
+	Builtin string
+	Limit   int
+}
+
+func (e *BuiltinArgsTooLargeError) Error() string {
+	return fmt.Sprintf("the arguments of the builtin %s are over the limit of %d bytes per builtin call (--max-host-call-payload-bytes)", e.Builtin, e.Limit)
 }
 
 // OPAAbortError reports an OPA module that called opa_abort: an internal

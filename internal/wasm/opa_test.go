@@ -502,3 +502,45 @@ func TestOPAResultCap(t *testing.T) {
 		t.Fatalf("over the cap: error = %v, want a *ResponseTooLargeError naming the cap", err)
 	}
 }
+
+// TestOPABuiltinArgsCap checks that the arguments of a builtin left to the
+// host are bounded by Config.MaxHostCallBytes, all of them together: past
+// it the builtin does not run and the evaluation fails with an error that
+// names the builtin and the limit; within it the builtin runs.
+func TestOPABuiltinArgsCap(t *testing.T) {
+	rt := newRuntime(t, wasm.Config{MaxHostCallBytes: 100})
+	o := newOPA(t, rt, "abi.rego", "abi/result", `{"greeting":"hi"}`, 1)
+	tests := []struct {
+		name  string
+		input string
+		want  string // in the error; "" for none
+	}{
+		// sprintf's arguments: "%s, %s" and ["hi", "<name>"].
+		{name: "within the cap", input: `{"name":"` + strings.Repeat("x", 60) + `","size":"1","members":[]}`},
+		{name: "the second argument crosses it", input: `{"name":"` + strings.Repeat("x", 90) + `","size":"1","members":[]}`,
+			want: "the arguments of the builtin sprintf are over the limit of 100 bytes per builtin call (--max-host-call-payload-bytes)"},
+		{name: "far over it", input: `{"name":"` + strings.Repeat("x", 1<<20) + `","size":"1","members":[]}`,
+			want: "the arguments of the builtin sprintf are over the limit of 100 bytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var f fakeBuiltins
+			_, err := o.Eval(context.Background(), []byte(tt.input), f.call)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var tooLarge *wasm.BuiltinArgsTooLargeError
+			if !errors.As(err, &tooLarge) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want a BuiltinArgsTooLargeError with %q", err, tt.want)
+			}
+			for _, call := range f.calls {
+				if strings.Contains(call, "xxxxxxxxxx") {
+					t.Errorf("the builtin ran with the arguments over the cap: %.80s", call)
+				}
+			}
+		})
+	}
+}

@@ -44,8 +44,10 @@ type Config struct {
 	// MaxHostCallBytes caps the payload a guest hands the host in one host
 	// call (waPC __host_call, WASI host.call) and in one __console_log: a
 	// larger one is refused without being read, and the guest gets a
-	// *HostCallTooLargeError's text as the call's error. Zero means
-	// DefaultMaxHostCallBytes.
+	// *HostCallTooLargeError's text as the call's error. It caps too the
+	// arguments, together, of an OPA module's call of a builtin left to
+	// the host: past it the evaluation stops with a
+	// *BuiltinArgsTooLargeError. Zero means DefaultMaxHostCallBytes.
 	MaxHostCallBytes int
 	// MaxResponseBytes caps a guest's answer (waPC __guest_response or
 	// __guest_error, WASI stdout): a call whose answer is larger fails
