@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +26,11 @@ import (
 // and a MutatingAdmissionPolicy audited as "would mutate" (a warn naming
 // the JSONPatch the API server would apply); then a second run that reuses every result, a change of a param that
 // evaluates the objects again, and --disable-kubernetes-policies.
+//
+// The subtests share the API server, the namespaces, the ConfigMaps and
+// the policies, made here; each starts from the same state (fresh: no
+// report, the param as made here) and makes the reports it needs, so that
+// each runs alone (hack/cluster-test.sh -run 'TestAuditVAP/<name>').
 func TestAuditVAP(t *testing.T) {
 	cl := startAuditCluster(t)
 	c := cl.Client
@@ -296,7 +302,36 @@ func TestAuditVAP(t *testing.T) {
 		return reports
 	}
 
+	// fresh brings the cluster back to the state the subtests start from:
+	// no report, and the param as made here (a subtest changes it), which
+	// the API server enforces again before the subtest starts.
+	fresh := func(t *testing.T) {
+		t.Helper()
+		for _, ns := range []string{"team-a", "team-b"} {
+			if err := c.DeleteAllOf(t.Context(), &openreportsv1alpha1.Report{}, client.InNamespace(ns)); err != nil {
+				t.Fatalf("deleting the reports of %s: %v", ns, err)
+			}
+		}
+		if get(t, c, limits).Data["max"] != "2" {
+			limits.Data["max"] = "2"
+			if err := c.Update(t.Context(), limits); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, "the API server enforces the param again", func() bool { return dryRun("team-a/big") != nil })
+	}
+	// firstRun runs the scanner once on a fresh cluster, as most subtests
+	// do first: it writes a report of every ConfigMap.
+	firstRun := func(t *testing.T) {
+		t.Helper()
+		fresh(t)
+		if s := runAudit(t, kubeconfig, args...); s.code != 0 || s.counts["reports_created"] != len(specs) {
+			t.Fatalf("the first run: exit %d, counts %v, want %d reports created\n%s", s.code, s.counts, len(specs), s.logs)
+		}
+	}
+
 	t.Run("first run", func(t *testing.T) {
+		fresh(t)
 		s := runAudit(t, kubeconfig, args...)
 		if s.code != 0 {
 			t.Fatalf("exit %d\n%s", s.code, s.logs)
@@ -309,6 +344,7 @@ func TestAuditVAP(t *testing.T) {
 	})
 
 	t.Run("messages are the API server's", func(t *testing.T) {
+		fresh(t)
 		want := results(tooMany)
 		for key, rs := range want {
 			var denied []string
@@ -350,6 +386,7 @@ func TestAuditVAP(t *testing.T) {
 	})
 
 	t.Run("second run reuses every result", func(t *testing.T) {
+		firstRun(t)
 		s := runAudit(t, kubeconfig, args...)
 		if s.code != 0 {
 			t.Fatalf("exit %d\n%s", s.code, s.logs)
@@ -360,6 +397,7 @@ func TestAuditVAP(t *testing.T) {
 	})
 
 	t.Run("a param change evaluates again", func(t *testing.T) {
+		firstRun(t)
 		get(t, c, limits)
 		limits.Data["max"] = "5"
 		if err := c.Update(t.Context(), limits); err != nil {
@@ -376,6 +414,8 @@ func TestAuditVAP(t *testing.T) {
 	})
 
 	t.Run("--disable-kubernetes-policies", func(t *testing.T) {
+		// Reports written by a run that evaluated the VAPs go.
+		firstRun(t)
 		s := runAudit(t, kubeconfig, append([]string{"--disable-kubernetes-policies"}, args...)...)
 		if s.code != 0 {
 			t.Fatalf("exit %d\n%s", s.code, s.logs)
