@@ -81,6 +81,9 @@ type Kubernetes struct {
 	retrying  bool                              // retryPending runs
 	closed    chan struct{}                     // closed by Close: retryPending ends
 	closeOnce sync.Once
+	// retryFirst and retryMax are the backoff of retryPending:
+	// pendingRetryFirst and pendingRetryMax, shorter in tests.
+	retryFirst, retryMax time.Duration
 }
 
 // The backoff of retryPending: the first retry of a kind that could not be
@@ -144,6 +147,8 @@ func NewKubernetes(cfg *rest.Config, opts KubernetesOptions) (*Kubernetes, error
 		lists:      newListCache(maxListCacheBytes),
 		pending:    map[schema.GroupVersionKind]error{},
 		closed:     make(chan struct{}),
+		retryFirst: pendingRetryFirst,
+		retryMax:   pendingRetryMax,
 		dynamic:    dyn,
 		mapper:     restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
 		sar:        authz.SubjectAccessReviews(),
@@ -248,18 +253,29 @@ func (k *Kubernetes) ReflectorsSettled() bool {
 	if k.reflectors == nil {
 		return true
 	}
+	return k.reflectPending() && k.reflectors.Settled()
+}
+
+// reflectPending resolves the pending kinds again and starts their
+// reflectors, and reports whether none is left pending. A kind stays
+// pending while it is tried: a readiness probe meanwhile must not find
+// nothing pending and settle (the try of an API server that does not
+// answer lasts the discovery client's timeout, 32 s).
+func (k *Kubernetes) reflectPending() bool {
 	k.pendingMu.Lock()
-	pending := maps.Clone(k.pending)
-	clear(k.pending)
+	kinds := slices.Collect(maps.Keys(k.pending))
 	k.pendingMu.Unlock()
-	settled := true
-	for gvk := range pending {
+	for _, gvk := range kinds {
 		apiVersion, kind := gvk.ToAPIVersionAndKind()
-		if k.Reflect(apiVersion, kind) != nil {
-			settled = false
+		if err := k.Reflect(apiVersion, kind); err == nil || errors.As(err, new(*unknownKindError)) {
+			k.pendingMu.Lock()
+			delete(k.pending, gvk)
+			k.pendingMu.Unlock()
 		}
 	}
-	return settled && k.reflectors.Settled()
+	k.pendingMu.Lock()
+	defer k.pendingMu.Unlock()
+	return len(k.pending) == 0
 }
 
 // retryPending resolves the pending kinds again, and starts their
@@ -268,7 +284,7 @@ func (k *Kubernetes) ReflectorsSettled() bool {
 // unreachable at start is picked up when it comes back, with no signal and
 // no request needed.
 func (k *Kubernetes) retryPending() {
-	delay := pendingRetryFirst
+	delay := k.retryFirst
 	for {
 		t := time.NewTimer(delay)
 		select {
@@ -277,14 +293,7 @@ func (k *Kubernetes) retryPending() {
 			return
 		case <-t.C:
 		}
-		k.pendingMu.Lock()
-		kinds := slices.Collect(maps.Keys(k.pending))
-		clear(k.pending)
-		k.pendingMu.Unlock()
-		for _, gvk := range kinds {
-			apiVersion, kind := gvk.ToAPIVersionAndKind()
-			_ = k.Reflect(apiVersion, kind) // a failure is pending again
-		}
+		k.reflectPending()
 		k.pendingMu.Lock()
 		if len(k.pending) == 0 {
 			k.retrying = false
@@ -292,7 +301,7 @@ func (k *Kubernetes) retryPending() {
 			return
 		}
 		k.pendingMu.Unlock()
-		delay = min(2*delay, pendingRetryMax)
+		delay = min(2*delay, k.retryMax)
 	}
 }
 
