@@ -7,7 +7,6 @@ import (
 	"log/slog"
 
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
-	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -36,19 +35,9 @@ const (
 // the reports on stdout.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	opts := DefaultOptions()
-	fs := pflag.NewFlagSet("audit-scanner", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	version := fs.Bool("version", false, "Print the version and exit")
-	if code, done := cmdline.Parse(fs, args, stdout, stderr); done {
+	cmd := cmdline.Daemon{Name: "audit-scanner", Version: "audit-scanner (Warden) " + buildinfo.String()}
+	if code, done := cmd.Parse(&opts, args, stdout, stderr); done {
 		return code
-	}
-	if *version {
-		fmt.Fprintf(stdout, "audit-scanner (Warden) %s\n", buildinfo.String())
-		return 0
-	}
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return cmdline.ExitUsage
 	}
 	level, _ := parseLogLevel(opts.LogLevel) // valid: Validate checked it
 	logger, err := observability.NewLogger(stderr, level, "json", true)

@@ -14,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
-	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,19 +47,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			opts.PolicyServerMetricsPort = int32(p)
 		}
 	}
-	fs := pflag.NewFlagSet("controller", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	version := fs.Bool("version", false, "Print the version and exit")
-	if code, done := cmdline.Parse(fs, args, stdout, stderr); done {
+	cmd := cmdline.Daemon{Name: "controller", Version: "controller (Warden) " + buildinfo.String()}
+	if code, done := cmd.Parse(&opts, args, stdout, stderr); done {
 		return code
-	}
-	if *version {
-		fmt.Fprintf(stdout, "controller (Warden) %s\n", buildinfo.String())
-		return 0
-	}
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 2
 	}
 	return cmdline.RunManager(ctx, stderr, opts.Kubeconfig, func(cfg *rest.Config, logger *slog.Logger) (cmdline.Starter, error) {
 		return NewManager(cfg, opts, logger)

@@ -28,23 +28,13 @@ import (
 // process exit code.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	opts := DefaultOptions()
-	fs := pflag.NewFlagSet("policy-server", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	version := fs.Bool("version", false, "Print the version and exit")
-	if code, done := cmdline.Parse(fs, NormalizeSeconds(args), stdout, stderr); done {
+	cmd := cmdline.Daemon{
+		Name:    "policy-server",
+		Version: fmt.Sprintf("policy-server (Warden) %s, compatible with Kubewarden %s", buildinfo.String(), CompatVersion),
+		Env:     func(fs *pflag.FlagSet) error { return ApplyEnv(fs, getenv) },
+	}
+	if code, done := cmd.Parse(&opts, NormalizeSeconds(args), stdout, stderr); done {
 		return code
-	}
-	if *version {
-		fmt.Fprintf(stdout, "policy-server (Warden) %s, compatible with Kubewarden %s\n", buildinfo.String(), CompatVersion)
-		return 0
-	}
-	if err := ApplyEnv(fs, getenv); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 2
-	}
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 2
 	}
 	logger, err := observability.NewLogger(stderr, opts.LogLevel, opts.LogFormat, opts.LogNoColor)
 	if err != nil {
