@@ -135,6 +135,10 @@ func (p *parser) value(pos, depth int) (int, bool) {
 	}
 	switch c := s[pos]; {
 	case c == '"':
+		if end := plainEnd(s, pos+1); end < len(s) && s[end] == '"' { // as for keys in object
+			p.leaf('"', pos, end+1, true)
+			return end + 1, true
+		}
 		return p.str(pos)
 	case c == '{':
 		if depth >= maxDepth {
@@ -180,7 +184,13 @@ func (p *parser) object(pos, depth int) (int, bool) {
 			return pos, false
 		}
 		var ok bool
-		if pos, ok = p.str(pos); !ok {
+		// Most keys are ASCII without escapes: such a key ends at the first
+		// byte the string scan stops at, which spares str's checks. Any
+		// other goes through str.
+		if end := plainEnd(s, pos+1); end < len(s) && s[end] == '"' {
+			p.leaf('"', pos, end+1, true)
+			pos = end + 1
+		} else if pos, ok = p.str(pos); !ok {
 			return pos, false
 		}
 		pos = skipWS(s, pos)
@@ -260,6 +270,23 @@ const (
 func specialBytes(w uint64) uint64 {
 	quote, backslash := w^(ones*'"'), w^(ones*'\\')
 	return ((quote-ones)&^quote | (backslash-ones)&^backslash | (w-ones*0x20)&^w | w) & highs
+}
+
+// plainEnd returns the position of the first byte at or after pos that a
+// string scan stops at (special), or len(s).
+func plainEnd(s string, pos int) int {
+	for pos+8 <= len(s) {
+		b := s[pos : pos+8]
+		if m := specialBytes(uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56); m != 0 {
+			return pos + bits.TrailingZeros64(m)>>3
+		}
+		pos += 8
+	}
+	for pos < len(s) && !special[s[pos]] {
+		pos++
+	}
+	return pos
 }
 
 func (p *parser) str(pos int) (int, bool) {
