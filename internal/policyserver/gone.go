@@ -22,9 +22,11 @@ import (
 //
 // So each request's context is also cancelled, with errClientGone as its
 // cause, once its connection's peer has closed its side: the kernel says
-// so (TCP_INFO, peerClosed) whatever input is left unread. The connection
-// is looked at when the request starts, and every goneCheckInterval while
-// it is served; the engine then skips an evaluation that has not started
+// so (TCP_INFO, peerClosed) whatever input is left unread. A request looks
+// at its connection every goneCheckInterval while it is served (a request
+// answered sooner costs no system call), and a connection found closed is
+// remembered, so that the requests read from it afterwards are cancelled
+// as they start. The engine then skips an evaluation that has not started
 // (engine.NotEvaluatedError). On systems other than Linux peerClosed
 // reports nothing, and net/http's own watch is all there is.
 
@@ -38,30 +40,38 @@ const goneCheckInterval = 100 * time.Millisecond
 
 type connKey struct{}
 
-// withConn is the http.Server's ConnContext: it keeps each connection in
-// the contexts of its requests, for watchClient.
+// watchedConn is a connection as its requests see it.
+type watchedConn struct {
+	tcp  *net.TCPConn
+	gone atomic.Bool // its peer was found to have closed its side
+}
+
+// withConn is the http.Server's ConnContext: it keeps each TCP connection
+// in the contexts of its requests, for watchClient.
 func withConn(ctx context.Context, c net.Conn) context.Context {
-	return context.WithValue(ctx, connKey{}, c)
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if tcp, ok := c.(*net.TCPConn); ok {
+		return context.WithValue(ctx, connKey{}, &watchedConn{tcp: tcp})
+	}
+	return ctx
 }
 
 // watchClient returns the context to serve r with: r's, cancelled with
 // errClientGone once r's client has closed its connection. stop ends the
 // watch; call it when r has been answered.
 func watchClient(r *http.Request) (ctx context.Context, stop func()) {
-	c, _ := r.Context().Value(connKey{}).(net.Conn)
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	tcp, ok := c.(*net.TCPConn)
-	if !ok {
+	c, _ := r.Context().Value(connKey{}).(*watchedConn)
+	if c == nil {
 		return r.Context(), func() {}
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
-	if peerClosed(tcp) {
+	if c.gone.Load() {
 		cancel(errClientGone)
 		return ctx, func() {}
 	}
-	w := &clientWatch{conn: tcp, cancel: cancel}
+	w := &clientWatch{conn: c, cancel: cancel}
 	// Made stopped, then armed: the timer's function reads w.timer.
 	w.timer = time.AfterFunc(time.Hour, w.check)
 	w.timer.Stop()
@@ -73,7 +83,7 @@ func watchClient(r *http.Request) (ctx context.Context, stop func()) {
 // Its fields are set before the timer is armed and read-only after, but
 // stopped, which stop sets from the request's goroutine.
 type clientWatch struct {
-	conn    *net.TCPConn
+	conn    *watchedConn
 	cancel  context.CancelCauseFunc
 	timer   *time.Timer
 	stopped atomic.Bool
@@ -82,7 +92,8 @@ type clientWatch struct {
 func (w *clientWatch) check() {
 	switch {
 	case w.stopped.Load():
-	case peerClosed(w.conn):
+	case peerClosed(w.conn.tcp):
+		w.conn.gone.Store(true)
 		w.cancel(errClientGone)
 	default:
 		w.timer.Reset(goneCheckInterval)
