@@ -164,14 +164,15 @@ func (o *jsonObject) mapper() traits.Mapper {
 
 // Find implements traits.Mapper.
 func (o *jsonObject) Find(key ref.Val) (ref.Val, bool) {
-	if !o.d.Unique(o.i) {
-		return o.mapper().Find(key)
-	}
 	k, ok := key.(types.String)
 	if !ok {
+		if !o.d.Unique(o.i) {
+			return o.mapper().Find(key)
+		}
 		return nil, false
 	}
-	if v := o.d.Member(o.i, string(k)); v >= 0 {
+	// The last of a repeated key wins, as in the map.
+	if v := o.d.LastMember(o.i, string(k)); v >= 0 {
 		return o.d.value(v), true
 	}
 	return nil, false

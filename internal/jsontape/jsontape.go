@@ -418,26 +418,39 @@ func (d *Tape) uniqueKeys(i int32) bool {
 		return true
 	}
 	if n.Count > 32 {
-		seen := make(map[string]struct{}, n.Count)
-		for k := i + 1; k < n.Next; k = d.Nodes[k+1].Next {
-			key := d.Str(k)
-			if _, dup := seen[key]; dup {
+		return d.uniqueByMap(i)
+	}
+	// Plain keys are compared in the text, by node: the array holds no
+	// pointers, so filling it needs no write barriers.
+	var prev [32]int32
+	count := 0
+	for k := i + 1; k < n.Next; k = d.Nodes[k+1].Next {
+		kn := &d.Nodes[k]
+		if !kn.Plain {
+			return d.uniqueByMap(i)
+		}
+		key := d.Text[kn.Start+1 : kn.End-1]
+		for _, j := range prev[:count] {
+			if jn := &d.Nodes[j]; jn.End-jn.Start == kn.End-kn.Start && d.Text[jn.Start+1:jn.End-1] == key {
 				return false
 			}
-			seen[key] = struct{}{}
 		}
-		return true
+		prev[count] = k
+		count++
 	}
-	var buf [32]string
-	keys := buf[:0]
+	return true
+}
+
+// uniqueByMap is uniqueKeys for a large object, or one with an escaped key.
+func (d *Tape) uniqueByMap(i int32) bool {
+	n := d.Nodes[i]
+	seen := make(map[string]struct{}, n.Count)
 	for k := i + 1; k < n.Next; k = d.Nodes[k+1].Next {
 		key := d.Str(k)
-		for _, prev := range keys {
-			if key == prev {
-				return false
-			}
+		if _, dup := seen[key]; dup {
+			return false
 		}
-		keys = append(keys, key)
+		seen[key] = struct{}{}
 	}
 	return true
 }
@@ -566,4 +579,20 @@ func (d *Tape) Member(i int32, key string) int32 {
 		}
 	}
 	return -1
+}
+
+// LastMember returns the node of the value of the last member named key in
+// the object at node i, or -1: the value encoding/json keeps of a repeated
+// key. It spares the caller checking Unique first.
+func (d *Tape) LastMember(i int32, key string) int32 {
+	if d.Nodes[i].keys == keysUnique {
+		return d.Member(i, key)
+	}
+	found, end := int32(-1), d.Nodes[i].Next
+	for k := i + 1; k < end; k = d.Nodes[k+1].Next {
+		if d.KeyIs(k, key) {
+			found = k + 1
+		}
+	}
+	return found
 }

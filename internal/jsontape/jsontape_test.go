@@ -96,9 +96,17 @@ func FuzzParse(f *testing.F) {
 		for i := range tape.Nodes {
 			switch n := tape.Nodes[i]; n.Kind {
 			case '{':
-				keys := map[string]bool{}
+				keys := map[string]int32{} // the last value of each key
 				for k := int32(i) + 1; k < n.Next; k = tape.Nodes[k+1].Next {
-					keys[tape.Str(k)] = true
+					keys[tape.Str(k)] = k + 1
+				}
+				for key, v := range keys {
+					if got := tape.LastMember(int32(i), key); got != v {
+						t.Fatalf("LastMember(%d, %q) = %d, want %d", i, key, got, v)
+					}
+				}
+				if tape.LastMember(int32(i), "\x00missing") != -1 {
+					t.Fatalf("LastMember(%d) found a missing key", i)
 				}
 				if want := len(keys) == int(n.Count); tape.Unique(int32(i)) != want {
 					t.Fatalf("Unique(%d) = %v, want %v", i, !want, want)
