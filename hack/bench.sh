@@ -29,7 +29,13 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== building (binaries in $work)"
-go build -o "$work/policy-server" ./cmd/policy-server
+go build -o "$work/policy-server.linked" ./cmd/policy-server
+# The server runs a copy of the binary, written with write(2) as an image's
+# layer is unpacked. The linker writes its output through a mapping, which
+# leaves the file in the page cache as large folios, and a fault maps the
+# whole folio: the same server then idles about 12 MB larger
+# (docs/benchmarks.md, "Startup and idle memory").
+cp "$work/policy-server.linked" "$work/policy-server"
 go build -o "$work/loadtest" ./hack/loadtest
 go build -o "$work/floorserver" ./hack/floorserver
 go build -o "$work/reloadbench" ./hack/reloadbench
