@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -330,7 +331,8 @@ func (r *revisions) apply(ctx context.Context, list []servable, start bool) []re
 	}
 	r.s.startReflectors(ctx, desired)
 	loadErrs := map[string]error{}
-	for _, ch := range r.s.env.Apply(ctx, desired) {
+	changes := r.s.env.Apply(ctx, desired)
+	for _, ch := range changes {
 		if !start || ch.Err != nil {
 			r.s.recordReload(ctx, ch)
 		}
@@ -340,6 +342,11 @@ func (r *revisions) apply(ctx context.Context, list []servable, start bool) []re
 		}
 	}
 	r.s.retainReflectors(ctx)
+	if !start && loadedModules(changes) {
+		// As after a reload of policies.yml (Server.Reload); the start
+		// gives its garbage back in New.
+		debug.FreeOSMemory()
+	}
 	served := func(id string) bool { _, ok := desired[id]; return ok && loadErrs[id] == nil }
 	aliases := newestAliases(list, served)
 	generations := servedGenerations(list, served)
