@@ -27,8 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
@@ -292,7 +290,7 @@ namespaces-listed:
 		t.Fatal(err)
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kubeconfigFor(t, cfg), 0o600); err != nil {
+	if err := os.WriteFile(kubeconfig, clustertest.Kubeconfig(t, cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	port, readiness := testkit.FreePort(t), testkit.FreePort(t)
@@ -334,21 +332,6 @@ namespaces-listed:
 		return resp.StatusCode == http.StatusOK
 	})
 	return p
-}
-
-// kubeconfigFor returns a kubeconfig file's content for cfg.
-func kubeconfigFor(t *testing.T, cfg *rest.Config) []byte {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
-	kc.CurrentContext = "test"
-	data, err := clientcmd.Write(*kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
 }
 
 // A pod's variants, as the example policies see them.

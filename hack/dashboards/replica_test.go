@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
+	"github.com/wardenhq/warden/internal/clustertest"
 	"github.com/wardenhq/warden/internal/logtest"
 	"github.com/wardenhq/warden/internal/policyserver"
 	"github.com/wardenhq/warden/internal/testkit"
@@ -38,7 +39,7 @@ func startClusterReplica(t *testing.T, cfg *rest.Config) net.Addr {
 	t.Helper()
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kubeconfigFor(t, cfg), 0o600); err != nil {
+	if err := os.WriteFile(kubeconfig, clustertest.Kubeconfig(t, cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	readiness := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testkit.FreePort(t)}

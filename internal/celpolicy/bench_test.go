@@ -5,9 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // podRequest is a Pod CREATE AdmissionRequest as the API server sends it:
@@ -44,7 +45,7 @@ func BenchmarkCELPod3Validations(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.SetBytes(int64(len(req)))
-	cpu := cpuTime()
+	cpu := testkit.CPUTime()
 	for b.Loop() {
 		res, err := p.Validate(ctx, req)
 		if err != nil || !res.Accepted {
@@ -54,19 +55,9 @@ func BenchmarkCELPod3Validations(b *testing.B) {
 	reportCPU(b, cpu)
 }
 
-// cpuTime is the process's CPU time. On a shared machine it moves less with
-// the load than wall time does.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // reportCPU reports the CPU time per operation since start, GC included.
 func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(testkit.CPUTime()-start)/float64(b.N), "cpu-ns/op")
 }
 
 func BenchmarkDecodeRequest(b *testing.B) {
@@ -74,7 +65,7 @@ func BenchmarkDecodeRequest(b *testing.B) {
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
 		var d document
-		cpu := cpuTime()
+		cpu := testkit.CPUTime()
 		for b.Loop() {
 			var in input
 			if rej, err := in.decode(&d, req, nil); rej != nil || err != nil {
@@ -85,7 +76,7 @@ func BenchmarkDecodeRequest(b *testing.B) {
 	})
 	b.Run("encoding-json", func(b *testing.B) {
 		b.ReportAllocs()
-		cpu := cpuTime()
+		cpu := testkit.CPUTime()
 		for b.Loop() {
 			var in input
 			if rej, err := in.slow(req, []byte("{}")); rej != nil || err != nil {

@@ -7,14 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/wardenhq/warden/internal/admission"
 	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/testkit"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -60,7 +59,7 @@ cel:
         message: "images must not use the latest tag"
 `)
 	b.ReportAllocs()
-	cpu := cpuTime()
+	cpu := testkit.CPUTime()
 	for b.Loop() {
 		req, err := admission.DecodeReview(body)
 		if err != nil {
@@ -75,17 +74,7 @@ cel:
 		}
 		req.Release() // as the server does once it has answered
 	}
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the process's CPU time. On a shared machine it moves less with
-// the load than wall time does.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(testkit.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
 var (

@@ -6,9 +6,9 @@ import (
 	"math"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // decodes reports whether encoding/json decodes text into any.
@@ -142,21 +142,11 @@ func BenchmarkParse(b *testing.B) {
 	var tape Tape
 	b.SetBytes(int64(len(s)))
 	b.ReportAllocs()
-	cpu := cpuTime()
+	cpu := testkit.CPUTime()
 	for b.Loop() {
 		if !tape.Parse(s) {
 			b.Fatal("Parse failed")
 		}
 	}
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the process's CPU time. On a shared machine it moves less with
-// the load than wall time does.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(testkit.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 }

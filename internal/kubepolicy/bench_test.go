@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"syscall"
 	"testing"
-	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/wardenhq/warden/internal/testkit"
 )
 
 // vapPod3Validations has the checks of internal/celpolicy's
@@ -63,7 +63,7 @@ func BenchmarkVAP(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
-	cpu := cpuTime()
+	cpu := testkit.CPUTime()
 	for b.Loop() {
 		var req admissionv1.AdmissionRequest
 		if err := json.Unmarshal(body, &req); err != nil {
@@ -74,15 +74,5 @@ func BenchmarkVAP(b *testing.B) {
 			b.Fatal(resp, err)
 		}
 	}
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
-}
-
-// cpuTime is the process's CPU time, which moves less with the load of a
-// shared machine than wall time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64(testkit.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 }

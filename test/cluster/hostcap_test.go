@@ -19,11 +19,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/wardenhq/warden/internal/admission/admissiontest"
+	"github.com/wardenhq/warden/internal/clustertest"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/policyserver"
@@ -378,23 +377,8 @@ func ready(port int) bool {
 func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig(t, cfg), 0o600); err != nil {
+	if err := os.WriteFile(path, clustertest.Kubeconfig(t, cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// kubeconfig returns a kubeconfig file's content for cfg.
-func kubeconfig(t *testing.T, cfg *rest.Config) []byte {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "admin"}
-	kc.CurrentContext = "test"
-	data, err := clientcmd.Write(*kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
 }

@@ -82,7 +82,7 @@ func startSyncer(t *testing.T, hub *clustertest.Cluster) *logtest.Buffer {
 func kubeconfigSecret(t *testing.T, name string, spoke *clustertest.Cluster) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: name},
-		Data:       map[string][]byte{"kubeconfig": kubeconfig(t, spoke.Config)},
+		Data:       map[string][]byte{"kubeconfig": clustertest.Kubeconfig(t, spoke.Config)},
 	}
 }
 
@@ -401,7 +401,7 @@ func TestPolicySync(t *testing.T) {
 	spokeB2 := startSyncCluster(t)
 	mustCreate(t, spokeB2.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
 	secret := get(t, hub.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: "spoke-b"}})
-	secret.Data["kubeconfig"] = kubeconfig(t, spokeB2.Config)
+	secret.Data["kubeconfig"] = clustertest.Kubeconfig(t, spokeB2.Config)
 	if err := hub.Client.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +436,7 @@ func TestPolicySync(t *testing.T) {
 	t.Log("kubeconfig Secrets that cannot be used are reported")
 	mustCreate(t, hub.Client, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere"}})
 	mustCreate(t, hub.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "elsewhere", Name: "spoke-a"},
-		Data: map[string][]byte{"kubeconfig": kubeconfig(t, spokeA.Config)}})
+		Data: map[string][]byte{"kubeconfig": clustertest.Kubeconfig(t, spokeA.Config)}})
 	mustCreate(t, hub.Client, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: syncNamespace, Name: "garbage"},
 		Data: map[string][]byte{"kubeconfig": []byte("not: [a kubeconfig")}})
 	mustCreate(t, hub.Client, &syncv1alpha1.PolicySync{
@@ -539,7 +539,7 @@ func runWorkAgent(t *testing.T, bin, name string, hub, spoke *clustertest.Cluste
 	dir := t.TempDir()
 	hubKubeconfig, spokeKubeconfig := filepath.Join(dir, "hub.kubeconfig"), filepath.Join(dir, "spoke.kubeconfig")
 	for path, cfg := range map[string]*rest.Config{hubKubeconfig: hub.Config, spokeKubeconfig: spoke.Config} {
-		if err := os.WriteFile(path, kubeconfig(t, cfg), 0o600); err != nil {
+		if err := os.WriteFile(path, clustertest.Kubeconfig(t, cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
