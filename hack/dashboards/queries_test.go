@@ -300,21 +300,7 @@ namespaces-listed:
 	args := []string{"--addr", "127.0.0.1", "--port", fmt.Sprint(port), "--readiness-probe-port", fmt.Sprint(readiness),
 		"--policies", p.policies, "--policies-download-dir", dir, "--sigstore-cache-dir", filepath.Join(dir, "sigstore"), "--cache-dir", "",
 		"--workers", "2", "--policy-timeout", "250ms", "--continue-on-errors", "--max-request-body-bytes", fmt.Sprint(maxBody)}
-	var logs logtest.Buffer
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- policyserver.Main(ctx, args, io.Discard, &logs, func(k string) string { return env[k] })
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("policy server: exit %d", code)
-		}
-		if t.Failed() {
-			t.Logf("policy server logs:\n%s", logs.String())
-		}
-	})
+	done, logs := runPolicyServer(t, "policy server", args, env)
 	// Ready once every policy loaded and the reflector listed the
 	// Namespaces.
 	testkit.Eventually(t, 2*time.Minute, "the policy server is ready", func() bool {
@@ -546,4 +532,28 @@ func get(url string) string {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return string(body)
+}
+
+// runPolicyServer runs policyserver.Main with args and env until the test
+// ends, when it must exit with 0; what names it in failures, which show its
+// logs. done receives its exit code (a reader that takes it puts it back
+// for the cleanup).
+func runPolicyServer(t *testing.T, what string, args []string, env map[string]string) (done chan int, logs *logtest.Buffer) {
+	t.Helper()
+	logs = new(logtest.Buffer)
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan int, 1)
+	go func() {
+		exited <- policyserver.Main(ctx, args, io.Discard, logs, func(k string) string { return env[k] })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-exited; code != 0 {
+			t.Errorf("%s: exit %d", what, code)
+		}
+		if t.Failed() {
+			t.Logf("%s, logs:\n%s", what, logs.String())
+		}
+	})
+	return exited, logs
 }

@@ -3,9 +3,7 @@
 package dashboards
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,7 +18,6 @@ import (
 	policiesv1 "github.com/wardenhq/warden/api/policies/v1"
 	"github.com/wardenhq/warden/internal/clustertest"
 	"github.com/wardenhq/warden/internal/logtest"
-	"github.com/wardenhq/warden/internal/policyserver"
 	"github.com/wardenhq/warden/internal/testkit"
 )
 
@@ -47,22 +44,8 @@ func startClusterReplica(t *testing.T, cfg *rest.Config) net.Addr {
 	args := []string{"--addr", "127.0.0.1", "--port", fmt.Sprint(testkit.FreePort(t)), "--readiness-probe-port", fmt.Sprint(readiness.Port),
 		"--policy-server-name", "default", "--pod-name", clusterReplica, "--pod-namespace", "kubewarden",
 		"--policies-download-dir", dir, "--sigstore-cache-dir", filepath.Join(dir, "sigstore"), "--cache-dir", "", "--workers", "1"}
-	var logs logtest.Buffer
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- policyserver.Main(ctx, args, io.Discard, &logs, func(k string) string { return env[k] })
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("policy server in cluster mode: exit %d", code)
-		}
-		if t.Failed() {
-			t.Logf("policy server in cluster mode, logs:\n%s", logs.String())
-		}
-	})
-	waitGenerations(t, readiness, done, &logs,
+	done, logs := runPolicyServer(t, "policy server in cluster mode", args, env)
+	waitGenerations(t, readiness, done, logs,
 		`warden_policy_generation{generation="1",policy_name="clusterwide-pods-validated"} 1`,
 		`warden_policy_generation{generation="1",policy_name="namespaced-default-shop-pods"} 1`)
 	return readiness

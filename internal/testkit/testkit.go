@@ -1,5 +1,6 @@
 // Package testkit holds the helpers Warden's tests share: waiting until a
-// state is reached, a free TCP port, comparing JSON values. Tests and test
+// state is reached, a free TCP port, comparing JSON values, the CPU time
+// benchmarks report. Tests and test
 // tools only; it imports nothing of Warden's.
 package testkit
 
