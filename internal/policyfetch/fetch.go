@@ -17,9 +17,10 @@ import (
 	"strings"
 	"time"
 
+	"oras.land/oras-go/v2/registry/remote/auth"
+
 	"github.com/wardenhq/warden/internal/buildinfo"
 	"github.com/wardenhq/warden/internal/observability"
-	"oras.land/oras-go/v2/registry/remote/auth"
 )
 
 // Log keys this package adds to observability's.
@@ -296,9 +297,22 @@ func ReadFile(path string) ([]byte, error) {
 	if st.Size() > maxModuleSize {
 		return nil, fmt.Errorf("%s is %d bytes, more than the %d limit", path, st.Size(), maxModuleSize)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxModuleSize+1))
-	if err != nil {
+	// Read into a buffer of the size the file has, plus a byte that tells
+	// whether it grew since: io.ReadAll alone would double its buffer up to
+	// the size, twice the module's bytes allocated for a large one.
+	data := make([]byte, st.Size()+1)
+	n, err := io.ReadFull(f, data)
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		data = data[:n] // as large as it was, or shrunk since
+	case err != nil:
 		return nil, err
+	default: // grew since: read on, within the limit
+		rest, err := io.ReadAll(io.LimitReader(f, maxModuleSize+1-int64(len(data))))
+		if err != nil {
+			return nil, err
+		}
+		data = append(data, rest...)
 	}
 	if len(data) > maxModuleSize { // grew since
 		return nil, fmt.Errorf("%s is more than the %d bytes limit", path, maxModuleSize)
