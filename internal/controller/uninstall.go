@@ -415,14 +415,8 @@ func isMissingKind(err error) bool {
 // "uninstall"), runs Uninstall, and returns the exit code.
 func UninstallMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	opts := DefaultUninstallOptions()
-	fs := pflag.NewFlagSet("controller uninstall", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	if code, done := cmdline.Parse(fs, args, stdout, stderr); done {
+	if code, done := (cmdline.Daemon{Name: "controller uninstall"}).Parse(&opts, args, stdout, stderr); done {
 		return code
-	}
-	if err := opts.Validate(); err != nil {
-		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return cmdline.ExitUsage
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	cfg, err := cmdline.RESTConfig(opts.Kubeconfig)
