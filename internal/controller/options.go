@@ -13,7 +13,8 @@ import (
 // setting.
 type Options struct {
 	// Kubeconfig is the kubeconfig file to use; empty: $KUBECONFIG, then
-	// the in-cluster configuration.
+	// ~/.kube/config, then the in-cluster configuration
+	// (cmdline.LoadRESTConfig).
 	Kubeconfig string
 	// MetricsBindAddress serves the controller's metrics; "0" disables it.
 	MetricsBindAddress string
@@ -94,7 +95,7 @@ func DefaultOptions() Options {
 
 // AddFlags registers the options as flags of fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; default: $KUBECONFIG, then the in-cluster configuration")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; default: $KUBECONFIG, then ~/.kube/config, then the in-cluster configuration")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address the metrics endpoint binds to; "0" disables it`)
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", o.HealthProbeBindAddress, `Address the health probe endpoint binds to; "0" disables it`)
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Take a Lease before reconciling, so that one controller replica is active at a time")

@@ -79,7 +79,7 @@ func DefaultUninstallOptions() UninstallOptions {
 
 // AddFlags registers the options' flags on fs.
 func (o *UninstallOptions) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; default: $KUBECONFIG, then the in-cluster configuration")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig file; default: $KUBECONFIG, then ~/.kube/config, then the in-cluster configuration")
 	fs.StringVar(&o.DeploymentsNamespace, "deployments-namespace", o.DeploymentsNamespace, "The namespace of the controller, the policy servers and Warden's CA")
 	fs.StringVar(&o.ControllerDeployment, "controller-deployment", o.ControllerDeployment, "The controller's Deployment, scaled to zero before its own objects are deleted")
 	fs.StringVar(&o.AuditScannerClientCertSecretName, "audit-scanner-client-cert-secret-name", o.AuditScannerClientCertSecretName, "The Secret of the audit scanner's client certificate")

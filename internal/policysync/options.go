@@ -44,7 +44,7 @@ func DefaultOptions() Options {
 
 // AddFlags registers the options as flags of fs.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to the hub's kubeconfig file; default: $KUBECONFIG, then the in-cluster configuration")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to the hub's kubeconfig file; default: $KUBECONFIG, then ~/.kube/config, then the in-cluster configuration")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "Namespace of the spokes' kubeconfig Secrets and of the leader election Lease")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Take a Lease before syncing, so that one syncer replica is active at a time")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, `Address the metrics endpoint binds to; "0" disables it`)
