@@ -39,7 +39,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, getenv f
 	logger, err := observability.NewLogger(stderr, opts.LogLevel, opts.LogFormat, opts.LogNoColor)
 	if err != nil {
 		fmt.Fprintf(stderr, "Error: %v\n", err)
-		return 2
+		return cmdline.ExitUsage // a --log-level or --log-format it cannot use
 	}
 	// controller-runtime's cache and client, which cluster mode watches
 	// PolicyRevisions with, client-go's leader election and the API
