@@ -107,6 +107,30 @@ func reconcilePolicy(t *testing.T, r *PolicyReconciler, name string) (ctrl.Resul
 	return r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKey{Name: name}})
 }
 
+// reconciled reconciles the policy called name and fails the test on an
+// error.
+func reconciled(t *testing.T, r *PolicyReconciler, name string) {
+	t.Helper()
+	if _, err := reconcilePolicy(t, r, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// toMonitorMode updates the policy called name to monitor mode, its
+// generation 2, as the API server would.
+func toMonitorMode(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	var p policiesv1.ClusterAdmissionPolicy
+	if err := c.Get(t.Context(), client.ObjectKey{Name: name}, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Mode = policiesv1.PolicyModeMonitor
+	p.Generation = 2 // the API server's bump
+	if err := c.Update(t.Context(), &p); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // revisions returns the enabled flag of the revisions of the policy called
 // name, by generation.
 func revisions(t *testing.T, c client.Client, name string) map[int64]bool {
@@ -232,9 +256,7 @@ func TestPolicyReconcileSchedules(t *testing.T) {
 	}
 
 	markReady(t, c, "psp", 1, 1)
-	if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-		t.Fatal(err)
-	}
+	reconciled(t, r, "psp")
 	if path := webhookPath(t, c, "psp"); path != "" {
 		t.Errorf("a webhook calls %s while one of two replicas serves the policy", path)
 	}
@@ -260,26 +282,12 @@ func TestPolicyReconcileSchedules(t *testing.T) {
 func TestPolicyReconcileMovesWebhook(t *testing.T) {
 	c := newFakeClient(t, interceptor.Funcs{}, testPolicy("psp"), testPolicyServer(1), testCA())
 	r := policyReconciler(c)
-	if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-		t.Fatal(err)
-	}
+	reconciled(t, r, "psp")
 	markReady(t, c, "psp", 1, 1)
-	if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-		t.Fatal(err)
-	}
+	reconciled(t, r, "psp")
 
-	var p policiesv1.ClusterAdmissionPolicy
-	if err := c.Get(t.Context(), client.ObjectKey{Name: "psp"}, &p); err != nil {
-		t.Fatal(err)
-	}
-	p.Spec.Mode = policiesv1.PolicyModeMonitor
-	p.Generation = 2 // the API server's bump
-	if err := c.Update(t.Context(), &p); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-		t.Fatal(err)
-	}
+	toMonitorMode(t, c, "psp")
+	reconciled(t, r, "psp")
 	if path := webhookPath(t, c, "psp"); path != "/validate/clusterwide-psp/1" {
 		t.Errorf("before generation 2 is served the webhook calls %q, want generation 1", path)
 	}
@@ -320,9 +328,7 @@ func TestPolicyReconcileWithoutPolicyServer(t *testing.T) {
 			stale := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: p.GetUniqueName()}}
 			desiredValidatingWebhook(stale, p, webhookTarget{namespace: testNamespace, service: "policy-server-default", generation: 1})
 			c := newFakeClient(t, interceptor.Funcs{}, p, testPolicyServer(1), testCA(), stale)
-			if _, err := reconcilePolicy(t, policyReconciler(c), "psp"); err != nil {
-				t.Fatal(err)
-			}
+			reconciled(t, policyReconciler(c), "psp")
 			if got := stateOf(t, c, "psp"); got != tc.want {
 				t.Errorf("%v, want %v", got, tc.want)
 			}
@@ -348,9 +354,7 @@ func TestPolicyReconcileAPIErrors(t *testing.T) {
 			},
 		}, testPolicy("psp"), testPolicyServer(1), testCA())
 		r := policyReconciler(c)
-		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-			t.Fatal(err)
-		}
+		reconciled(t, r, "psp")
 		markReady(t, c, "psp", 1, 1)
 		failing = true
 		_, err := reconcilePolicy(t, r, "psp")
@@ -369,9 +373,7 @@ func TestPolicyReconcileAPIErrors(t *testing.T) {
 			t.Errorf("a webhook calls %s", path)
 		}
 		failing = false
-		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-			t.Fatal(err)
-		}
+		reconciled(t, r, "psp")
 		if got := stateOf(t, c, "psp"); got.status != policiesv1.PolicyStatusActive || webhookPath(t, c, "psp") == "" {
 			t.Errorf("the next reconcile: %v, webhook %q, want active with its webhook", got, webhookPath(t, c, "psp"))
 		}
@@ -388,25 +390,11 @@ func TestPolicyReconcileAPIErrors(t *testing.T) {
 			},
 		}, testPolicy("psp"), testPolicyServer(1), testCA())
 		r := policyReconciler(c)
-		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-			t.Fatal(err)
-		}
+		reconciled(t, r, "psp")
 		markReady(t, c, "psp", 1, 1)
-		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-			t.Fatal(err)
-		}
-		var p policiesv1.ClusterAdmissionPolicy
-		if err := c.Get(t.Context(), client.ObjectKey{Name: "psp"}, &p); err != nil {
-			t.Fatal(err)
-		}
-		p.Spec.Mode = policiesv1.PolicyModeMonitor
-		p.Generation = 2 // the API server's bump
-		if err := c.Update(t.Context(), &p); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-			t.Fatal(err)
-		}
+		reconciled(t, r, "psp")
+		toMonitorMode(t, c, "psp")
+		reconciled(t, r, "psp")
 		markReady(t, c, "psp", 2, 1)
 		failing = true
 		if _, err := reconcilePolicy(t, r, "psp"); !errors.Is(err, boom) {
@@ -428,9 +416,7 @@ func TestPolicyReconcileAPIErrors(t *testing.T) {
 			t.Errorf("%s is %s (%q), want False with the API's message", cond.Type, cond.Status, cond.Message)
 		}
 		failing = false
-		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-			t.Fatal(err)
-		}
+		reconciled(t, r, "psp")
 		if path := webhookPath(t, c, "psp"); path != "/validate/clusterwide-psp/2" {
 			t.Errorf("the retry: the webhook calls %q, want generation 2", path)
 		}
@@ -450,9 +436,7 @@ func TestPolicyReconcileAPIErrors(t *testing.T) {
 			},
 		}, testPolicy("psp"), testPolicyServer(1), testCA())
 		r := policyReconciler(c)
-		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-			t.Fatal(err)
-		}
+		reconciled(t, r, "psp")
 		markReady(t, c, "psp", 1, 1)
 		failing = true
 		_, err := reconcilePolicy(t, r, "psp")
@@ -468,9 +452,7 @@ func TestPolicyReconcileAPIErrors(t *testing.T) {
 			t.Errorf("after the conflict: %v, want the status as it was (pending)", got)
 		}
 		failing = false
-		if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-			t.Fatal(err)
-		}
+		reconciled(t, r, "psp")
 		if got, want := stateOf(t, c, "psp"), (policyState{policiesv1.PolicyStatusActive, "True", "PolicyActive"}); got != want {
 			t.Errorf("the retry: %v, want %v", got, want)
 		}
@@ -506,9 +488,7 @@ func TestPolicyReconcileAPIErrors(t *testing.T) {
 func TestPolicyReconcileWaitsForCA(t *testing.T) {
 	c := newFakeClient(t, interceptor.Funcs{}, testPolicy("psp"), testPolicyServer(1))
 	r := policyReconciler(c)
-	if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-		t.Fatal(err)
-	}
+	reconciled(t, r, "psp")
 	markReady(t, c, "psp", 1, 1)
 	res, err := reconcilePolicy(t, r, "psp")
 	if err != nil || res.RequeueAfter != pendingRequeue {
@@ -523,13 +503,9 @@ func TestPolicyReconcileWaitsForCA(t *testing.T) {
 func TestPolicyReconcileDeletion(t *testing.T) {
 	c := newFakeClient(t, interceptor.Funcs{}, testPolicy("psp"), testPolicyServer(1), testCA())
 	r := policyReconciler(c)
-	if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-		t.Fatal(err)
-	}
+	reconciled(t, r, "psp")
 	markReady(t, c, "psp", 1, 1)
-	if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-		t.Fatal(err)
-	}
+	reconciled(t, r, "psp")
 	if webhookPath(t, c, "psp") == "" {
 		t.Fatal("no webhook before the deletion")
 	}
@@ -537,9 +513,7 @@ func TestPolicyReconcileDeletion(t *testing.T) {
 	if err := c.Delete(t.Context(), testPolicy("psp")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reconcilePolicy(t, r, "psp"); err != nil {
-		t.Fatal(err)
-	}
+	reconciled(t, r, "psp")
 	err := c.Get(t.Context(), client.ObjectKey{Name: "psp"}, &policiesv1.ClusterAdmissionPolicy{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the policy is still there (%v): its finalizer was not removed", err)
