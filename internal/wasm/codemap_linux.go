@@ -94,15 +94,25 @@ func anonExecMappings() ([]execMapping, error) {
 		if !anon {
 			continue
 		}
-		start, end, _ := bytes.Cut(f[0], []byte("-"))
-		s, err1 := strconv.ParseUint(string(start), 16, 64)
-		e, err2 := strconv.ParseUint(string(end), 16, 64)
-		if err1 != nil || err2 != nil {
+		r, ok := parseRegion(f[0])
+		if !ok {
 			return nil, fmt.Errorf("reading /proc/self/smaps: bad mapping %q", f[0])
 		}
-		mappings = append(mappings, execMapping{codeRegion: codeRegion{uintptr(s), uintptr(e)}})
+		mappings = append(mappings, execMapping{codeRegion: r})
 	}
 	return mappings, sc.Err()
+}
+
+// parseRegion parses the "start-end" address range that begins a mapping's
+// line in /proc/self/maps or smaps.
+func parseRegion(field []byte) (codeRegion, bool) {
+	start, end, _ := bytes.Cut(field, []byte("-"))
+	s, err1 := strconv.ParseUint(string(start), 16, 64)
+	e, err2 := strconv.ParseUint(string(end), 16, 64)
+	if err1 != nil || err2 != nil {
+		return codeRegion{}, false
+	}
+	return codeRegion{uintptr(s), uintptr(e)}, true
 }
 
 func regionsOf(mappings []execMapping) []codeRegion {

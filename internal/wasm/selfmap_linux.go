@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"bytes"
 	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -84,19 +83,10 @@ func fileMappingsOf(smaps []byte, path string) []codeRegion {
 		if len(f) != 6 || bytes.IndexByte(f[0], '-') < 0 {
 			continue
 		}
-		perms := string(f[1])
-		own = (perms == "r-xp" || perms == "r--p") && string(f[5]) == path
-		if !own {
-			continue
+		own = false
+		if perms := string(f[1]); (perms == "r-xp" || perms == "r--p") && string(f[5]) == path {
+			cur, own = parseRegion(f[0])
 		}
-		start, end, _ := bytes.Cut(f[0], []byte("-"))
-		s, err1 := strconv.ParseUint(string(start), 16, 64)
-		e, err2 := strconv.ParseUint(string(end), 16, 64)
-		if err1 != nil || err2 != nil {
-			own = false
-			continue
-		}
-		cur = codeRegion{uintptr(s), uintptr(e)}
 	}
 	return regions
 }
