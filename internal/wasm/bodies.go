@@ -23,27 +23,37 @@ import (
 // this package that nothing has instantiated or compiled from yet, and
 // reports whether it could.
 func dropFunctionBodies(cm wazero.CompiledModule) bool {
+	bodies, ok := functionBodies(cm)
+	for _, body := range bodies {
+		*body = nil
+	}
+	return ok
+}
+
+// functionBodies returns where cm keeps the body of each of its functions,
+// or false when wazero is not laid out as this file expects.
+func functionBodies(cm wazero.CompiledModule) ([]*[]byte, bool) {
 	v := reflect.ValueOf(cm)
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return false
+		return nil, false
 	}
 	mod := v.Elem().FieldByName("module")
 	if mod.Kind() != reflect.Pointer || mod.IsNil() || mod.Elem().Kind() != reflect.Struct {
-		return false
+		return nil, false
 	}
 	code := mod.Elem().FieldByName("CodeSection")
 	if code.Kind() != reflect.Slice || code.Type().Elem().Kind() != reflect.Struct {
-		return false
+		return nil, false
 	}
 	field, ok := code.Type().Elem().FieldByName("Body")
 	if !ok || field.Type != reflect.TypeFor[[]byte]() {
-		return false
+		return nil, false
 	}
-	for i := range code.Len() {
-		body := code.Index(i).FieldByIndex(field.Index)
+	bodies := make([]*[]byte, code.Len())
+	for i := range bodies {
 		// The value was reached through an unexported field, so it cannot
 		// be set through reflect; its address can.
-		*(*[]byte)(unsafe.Pointer(body.UnsafeAddr())) = nil
+		bodies[i] = (*[]byte)(unsafe.Pointer(code.Index(i).FieldByIndex(field.Index).UnsafeAddr()))
 	}
-	return true
+	return bodies, true
 }
