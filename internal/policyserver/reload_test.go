@@ -118,21 +118,27 @@ func (ts *testServer) waitVerdict(t *testing.T, policy string, labels map[string
 	t.Fatalf("%s still answers %q for labels %v, want %q", policy, got, labels, want)
 }
 
-// policiesStatus reads GET /policies.
-func (ts *testServer) policiesStatus(t *testing.T) (fileError string, byID map[string]engine.PolicyStatus) {
+// getPolicies decodes the answer of GET /policies into out.
+func (ts *testServer) getPolicies(t *testing.T, out any) {
 	t.Helper()
 	resp, err := http.Get(ts.ready + "/policies")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// policiesStatus reads GET /policies.
+func (ts *testServer) policiesStatus(t *testing.T) (fileError string, byID map[string]engine.PolicyStatus) {
+	t.Helper()
 	var out struct {
 		FileError string                `json:"fileError"`
 		Policies  []engine.PolicyStatus `json:"policies"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
-	}
+	ts.getPolicies(t, &out)
 	byID = map[string]engine.PolicyStatus{}
 	for _, p := range out.Policies {
 		byID[p.ID] = p

@@ -1,7 +1,6 @@
 package policyserver_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -120,17 +119,10 @@ func TestASlowFetchDoesNotHoldReloads(t *testing.T) {
 // fetchState reads what GET /policies says of one policy.
 func (ts *testServer) fetchState(t *testing.T, id string) fetchState {
 	t.Helper()
-	resp, err := http.Get(ts.ready + "/policies")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var out struct {
 		Policies []fetchState `json:"policies"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
-	}
+	ts.getPolicies(t, &out)
 	for _, p := range out.Policies {
 		if p.ID == id {
 			return p
