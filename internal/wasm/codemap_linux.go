@@ -26,11 +26,17 @@ import (
 // behind, and it should be on a disk: on a tmpfs the pages stay in memory,
 // only out of the process's RSS.
 //
-// The code is found as the anonymous executable mappings that appear while
-// wazero compiles a module (the Go runtime makes none; codeMu keeps every
-// other wazero mapping from appearing at the same time), and replaced in
-// place with MAP_FIXED by a private mapping of a file holding the same
-// bytes. Nothing changes for wazero, which unmaps it as before.
+// The code is found from the compiled module (codeaddr.go), and replaced
+// in place with MAP_FIXED by a private mapping of a file holding the same
+// bytes. Nothing changes for wazero, which unmaps it as before. The module
+// is held by its caller, so its code cannot be unmapped meanwhile, and
+// wazero maps each piece of code on its own, so the pages replaced hold
+// nothing else.
+//
+// When wazero is not laid out as codeaddr.go expects, the code is found as
+// the anonymous executable mappings that appear while wazero compiles a
+// module (the Go runtime makes none; compileMu and codeMu keep every other
+// wazero mapping from appearing at the same time: codeMapper).
 //
 // Telling the new mappings apart takes care. wazero unmaps code from
 // finalizers, which run when the garbage collector says, outside codeMu;
@@ -45,11 +51,6 @@ import (
 // code is the pages that were not executable before, and code mapped where
 // a finalizer just freed some stays anonymous: resident, but correct.
 
-// codeRegion is an address range of /proc/self/maps.
-type codeRegion struct{ start, end uintptr }
-
-func (r codeRegion) len() uintptr { return r.end - r.start }
-
 // madvise is madvise(2) on a region known only by its address.
 func (r codeRegion) madvise(advice int) error {
 	if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.len(), uintptr(advice)); errno != 0 {
@@ -57,6 +58,8 @@ func (r codeRegion) madvise(advice int) error {
 	}
 	return nil
 }
+
+func (r codeRegion) len() uintptr { return r.end - r.start }
 
 // execMapping is an anonymous executable mapping of the process.
 type execMapping struct {
@@ -146,8 +149,9 @@ func newPages(now, before []codeRegion) []codeRegion {
 	return out
 }
 
-// codeMapper moves the code of one compilation into files. Calls must hold
-// codeMu from before the compilation to after moved.
+// codeMapper moves the code of one compilation into files, found by its
+// mappings. Calls must hold compileMu and codeMu from before the
+// compilation to after moved.
 type codeMapper struct {
 	before []codeRegion // the anonymous executable mappings
 	marked bool         // all of them carry the mark
@@ -192,8 +196,15 @@ func (c *codeMapper) moved(dir string) ([]codeRegion, error) {
 	} else {
 		fresh = newPages(regionsOf(now), c.before)
 	}
+	return moveRegions(dir, fresh)
+}
+
+// moveRegions maps regions, anonymous machine code that the caller holds,
+// from unlinked files in dir, and returns the regions moved. Regions it
+// could not move stay anonymous, which is correct, only resident.
+func moveRegions(dir string, regions []codeRegion) ([]codeRegion, error) {
 	var moved []codeRegion
-	for _, r := range fresh {
+	for _, r := range regions {
 		if err := fileBackRegion(dir, r); err != nil {
 			return moved, err
 		}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/wardenhq/warden/internal/logtest"
+	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
@@ -76,6 +77,28 @@ func anonExecPages(t *testing.T, maps map[string]mapping) map[uint64]bool {
 // Not parallel: it reads the process's mappings, which parallel tests
 // change.
 func TestMachineCodeIsFileBacked(t *testing.T) {
+	forEachCodeFinder(t, testMachineCodeIsFileBacked)
+}
+
+// forEachCodeFinder runs test with the machine code of compilations found
+// from the compiled module (codeaddr.go), and by the mappings each
+// compilation creates, as with a wazero laid out otherwise.
+func forEachCodeFinder(t *testing.T, test func(*testing.T)) {
+	for _, tc := range []struct {
+		name string
+		set  func(testing.TB)
+	}{
+		{"found from the module", func(testing.TB) {}},
+		{"found by its mappings", wasm.FindCodeByMappings},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.set(t)
+			test(t)
+		})
+	}
+}
+
+func testMachineCodeIsFileBacked(t *testing.T) {
 	ctx := context.Background()
 	rt := newRuntime(t, wasm.Config{})
 	before := anonExecPages(t, smaps(t))
@@ -114,6 +137,10 @@ func TestMachineCodeIsFileBacked(t *testing.T) {
 }
 
 func TestMachineCodeStaysWhenItCannotBeMoved(t *testing.T) {
+	forEachCodeFinder(t, testMachineCodeStaysWhenItCannotBeMoved)
+}
+
+func testMachineCodeStaysWhenItCannotBeMoved(t *testing.T) {
 	var logs logtest.Buffer
 	rt := newRuntime(t, wasm.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	wasm.SetCodeDir(rt, t.TempDir()+"/missing")
@@ -128,5 +155,48 @@ func TestMachineCodeStaysWhenItCannotBeMoved(t *testing.T) {
 	payload := []byte(`{"request":{"uid":"x","object":{"metadata":{}}},"settings":{}}`)
 	if out, err := w.Call(context.Background(), nil, "validate", payload); err != nil || !strings.Contains(string(out), `"accepted":true`) {
 		t.Fatalf("validate: %s, %v", out, err)
+	}
+}
+
+// TestConcurrentCompilesMoveTheirCode compiles distinct modules at once,
+// with an empty cache and then from it: all their code ends in files. Not
+// parallel: it reads the process's mappings.
+func TestConcurrentCompilesMoveTheirCode(t *testing.T) {
+	forEachCodeFinder(t, testConcurrentCompilesMoveTheirCode)
+}
+
+func testConcurrentCompilesMoveTheirCode(t *testing.T) {
+	var modules [][]byte
+	for _, policy := range []string{"labels", "counter", "wasi-log", "host-call"} {
+		b, err := os.ReadFile(policybuild.ForTest(t, policy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		modules = append(modules, b)
+	}
+	cache := t.TempDir()
+	for _, run := range []string{"empty cache", "cached"} {
+		rt := newRuntime(t, wasm.Config{CacheDir: cache})
+		before := anonExecPages(t, smaps(t))
+		errs := make(chan error, len(modules))
+		for _, b := range modules {
+			go func() {
+				_, err := rt.Compile(t.Context(), b)
+				errs <- err
+			}()
+		}
+		for range modules {
+			if err := <-errs; err != nil {
+				t.Fatalf("%s: %v", run, err)
+			}
+		}
+		for page := range anonExecPages(t, smaps(t)) {
+			if !before[page] {
+				t.Errorf("%s: compiling left anonymous machine code at %x", run, page)
+			}
+		}
+		if len(wasm.CodeRegions(rt)) < len(modules) {
+			t.Errorf("%s: %d regions of code moved into files for %d modules", run, len(wasm.CodeRegions(rt)), len(modules))
+		}
 	}
 }

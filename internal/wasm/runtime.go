@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"os"
 	"runtime"
@@ -109,11 +110,20 @@ type Runtime struct {
 	code    []codeRegion // the machine code moved into files; guarded by codeMu
 }
 
-// codeMu serialises the creation of wazero's machine-code mappings (a
-// runtime's, its host modules', a compilation's), so that the mappings a
-// compilation creates can be told apart (codemap_linux.go), and guards
-// Runtime.code against Close.
+// codeMu guards Runtime.code and Runtime.memRT, and serialises the
+// creation of wazero's machine-code mappings outside compilations (a
+// runtime's, its host modules'), so that a compilation that holds it with
+// compileMu can tell apart the mappings it creates (codemap_linux.go).
 var codeMu sync.Mutex
+
+// compileMu lets compilations run at once, each holding it for reading,
+// when their machine code is found from the compiled module (codeaddr.go).
+// What must see no compilation under way holds it for writing, then codeMu
+// (compileLock): a compilation whose code is found by its mappings, one
+// that lists the cache files it adds for a shared cache (shared.go), the
+// recovery from a cache wazero cannot read or write (cachedir.go), and
+// Close.
+var compileMu sync.RWMutex
 
 type compileEntry struct {
 	done chan struct{}
@@ -192,6 +202,10 @@ func NewRuntime(ctx context.Context, cfg Config) (*Runtime, error) {
 
 // Close releases every module and instance of the runtime.
 func (r *Runtime) Close(ctx context.Context) error {
+	// No compilation runs until the runtimes are closed, and then none
+	// succeeds: none adds code to r.code once it is cleared.
+	compileMu.Lock()
+	defer compileMu.Unlock()
 	codeMu.Lock()
 	r.code = nil
 	memRT := r.memRT
@@ -311,9 +325,9 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 	}, nil
 }
 
-// compileCode compiles a module with every core, one compilation at a time,
-// and moves its machine code into a file mapping. A module whose code
-// cannot be moved (a read-only file system) keeps it in memory.
+// compileCode compiles a module with every core, and moves its machine
+// code into a file mapping. A module whose code cannot be moved (a
+// read-only file system) keeps it in memory.
 //
 // With a shared cache, the module's code comes from it when it holds
 // verified code, and goes to it when compiled here.
@@ -335,45 +349,65 @@ func (r *Runtime) compileCode(ctx context.Context, digest string, module []byte)
 	return cm, rt, moved, nil
 }
 
-// compileLocked compiles under codeMu, with the runtime that compiles now
-// (the one with the cache, or the in-memory one once the cache cannot be
-// written), which it returns, and returns the files the compilation added
-// to wazero's cache when there is a shared cache.
+// compileLocked compiles with the runtime that compiles now (the one with
+// the cache, or the in-memory one once the cache cannot be written), which
+// it returns, moves the module's machine code into files, and returns the
+// files the compilation added to wazero's cache when there is a shared
+// cache. Compilations run at once when their code is found from the
+// compiled module; otherwise, or with a shared cache, one at a time
+// (compileMu).
 func (r *Runtime) compileLocked(ctx context.Context, module []byte) (wazero.CompiledModule, wazero.Runtime, []codeRegion, []string, error) {
-	codeMu.Lock()
-	defer codeMu.Unlock()
-	rt := r.rt
-	if r.memRT != nil {
-		rt = r.memRT
-	}
+	byAddress := codeFoundByAddress(ctx, r.rt)
+	defer sameBytes.lock(module)()
+	lock := compileLock{serial: r.shared != nil || !byAddress}
+	lock.lock()
+	defer lock.unlock()
+	var rt wazero.Runtime
+	lock.withCodeMu(func() {
+		rt = r.rt
+		if r.memRT != nil {
+			rt = r.memRT
+		}
+	})
 	var before map[string]bool
 	if r.shared != nil && rt == r.rt {
 		before = r.cacheFiles()
 	}
-	mapper := newCodeMapper()
-	cm, err := rt.CompileModule(ctx, module)
+	var mapper *codeMapper
+	if !byAddress {
+		mapper = newCodeMapper()
+	}
+	cm, err := compileModule(ctx, rt, module)
 	if err != nil && rt == r.rt && r.isCacheReadError(err) {
 		// A cache entry wazero cannot read: empty the cache and compile
 		// again (cachedir.go).
 		r.logger.WarnContext(ctx, "the compilation cache failed: emptying it and compiling again", "dir", r.cacheDir, "error", err)
-		r.emptyCache(ctx)
-		cm, err = rt.CompileModule(ctx, module)
+		lock.alone(func() { r.emptyCache(ctx) })
+		cm, err = compileModule(ctx, rt, module)
 	}
 	if err != nil && rt == r.rt && r.isCacheWriteError(err) {
 		// The cache cannot be written (a full volume): compile in memory,
 		// this module and every later one (cachedir.go).
 		r.logger.WarnContext(ctx, "the compilation cache cannot be written: compiling in memory from now on",
 			"dir", r.cacheDir, "error", err)
-		if rt, err = r.inMemoryLocked(ctx); err == nil {
-			mapper = newCodeMapper()
-			cm, err = rt.CompileModule(ctx, module)
+		lock.alone(func() { rt, err = r.inMemoryLocked(ctx) })
+		if err == nil {
+			if !byAddress {
+				mapper = newCodeMapper()
+			}
+			cm, err = compileModule(ctx, rt, module)
 		}
 	}
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	moved, err := mapper.moved(r.codeDir)
-	r.code = append(r.code, moved...)
+	var moved []codeRegion
+	if byAddress {
+		moved, err = r.moveModuleCode(ctx, cm)
+	} else {
+		moved, err = mapper.moved(r.codeDir)
+	}
+	lock.withCodeMu(func() { r.code = append(r.code, moved...) })
 	if err != nil {
 		r.logger.WarnContext(ctx, "machine code stays in anonymous memory", "dir", r.codeDir, "error", err)
 	}
@@ -382,6 +416,172 @@ func (r *Runtime) compileLocked(ctx context.Context, module []byte) (wazero.Comp
 		created = r.newCacheFiles(before)
 	}
 	return cm, rt, moved, created, nil
+}
+
+// moveModuleCode moves the machine code of cm, found from cm itself
+// (codeaddr.go), into files. Code that other compiled modules share stays
+// where it is; so does the code of a module moduleCode cannot read, and
+// later compilations find theirs by its mappings.
+func (r *Runtime) moveModuleCode(ctx context.Context, cm wazero.CompiledModule) ([]codeRegion, error) {
+	code, fresh, ok := moduleCode(cm)
+	if !ok {
+		codeNotFoundByAddress()
+		r.logger.WarnContext(ctx, "the machine code of a module stays in anonymous memory: wazero's layout is not the expected one")
+		return nil, nil
+	}
+	if !fresh {
+		return nil, nil
+	}
+	return moveRegions(r.codeDir, code)
+}
+
+// sameBytes makes compilations of the same bytes (modules that differ only
+// in custom sections, such as their metadata, which instrument drops) run
+// one after the other: the later ones find the module in wazero's engine
+// instead of each compiling it, or reading it from the cache, again.
+var sameBytes keyedMutex
+
+// keyedMutex holds a mutex for each hash of the bytes locked. Two inputs
+// with the same hash only wait for each other. The zero value is ready.
+type keyedMutex struct {
+	mu   sync.Mutex
+	seed maphash.Seed
+	held map[uint64]*keyedEntry
+}
+
+type keyedEntry struct {
+	sync.Mutex
+	users int // holders and waiters; guarded by keyedMutex.mu
+}
+
+// lock locks b's mutex, and returns what unlocks it.
+func (k *keyedMutex) lock(b []byte) (unlock func()) {
+	k.mu.Lock()
+	if k.held == nil {
+		k.seed, k.held = maphash.MakeSeed(), map[uint64]*keyedEntry{}
+	}
+	key := maphash.Bytes(k.seed, b)
+	e := k.held[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.held[key] = e
+	}
+	e.users++
+	k.mu.Unlock()
+	e.Lock()
+	return func() {
+		e.Unlock()
+		k.mu.Lock()
+		if e.users--; e.users == 0 {
+			delete(k.held, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// compileModule compiles module with rt. A compilation that wazero does
+// not find in its cache compiles machine code on every core
+// (WithCompilationWorkers), and holds hundreds of MiB of heap meanwhile:
+// one runs at a time (coldCompiles). Starting with an empty cache, two at
+// once took longer, and the process peaked at 800 MiB instead of 300.
+func compileModule(ctx context.Context, rt wazero.Runtime, module []byte) (wazero.CompiledModule, error) {
+	g := &coldGate{Context: ctx}
+	defer g.release()
+	return rt.CompileModule(g, module)
+}
+
+// coldCompiles is held by the compilation that compiles machine code.
+var coldCompiles = make(chan struct{}, 1)
+
+// workersKey is the context key of WithCompilationWorkers, which wazero
+// looks up only when it compiles machine code, not when it finds it in its
+// cache.
+var workersKey = func() any {
+	rec := &keyRecorder{Context: context.Background()}
+	experimental.GetCompilationWorkers(rec)
+	return rec.key
+}()
+
+// keyRecorder records the key of the last value looked up in it.
+type keyRecorder struct {
+	context.Context
+	key any
+}
+
+func (r *keyRecorder) Value(key any) any {
+	r.key = key
+	return nil
+}
+
+// coldGate is the context of one CompileModule call: when wazero looks up
+// its compilation workers, about to compile machine code, it waits for
+// coldCompiles (or for the context to be done).
+type coldGate struct {
+	context.Context
+	held bool // only the goroutine that calls CompileModule looks workersKey up
+}
+
+func (g *coldGate) Value(key any) any {
+	if key == workersKey && !g.held {
+		select {
+		case coldCompiles <- struct{}{}:
+			g.held = true
+		case <-g.Done():
+		}
+	}
+	return g.Context.Value(key)
+}
+
+// release lets another compilation compile machine code.
+func (g *coldGate) release() {
+	if g.held {
+		<-coldCompiles
+		g.held = false
+	}
+}
+
+// compileLock is compileMu and codeMu as one compilation holds them:
+// compileMu for reading, or, for a serial compilation, both for the whole
+// compilation.
+type compileLock struct{ serial bool }
+
+func (l compileLock) lock() {
+	if !l.serial {
+		compileMu.RLock()
+		return
+	}
+	compileMu.Lock()
+	codeMu.Lock()
+}
+
+func (l compileLock) unlock() {
+	if !l.serial {
+		compileMu.RUnlock()
+		return
+	}
+	codeMu.Unlock()
+	compileMu.Unlock()
+}
+
+// alone runs f with no other compilation under way and codeMu held.
+func (l compileLock) alone(f func()) {
+	if !l.serial {
+		l.unlock()
+		defer l.lock()
+		serial := compileLock{serial: true}
+		serial.lock()
+		defer serial.unlock()
+	}
+	f()
+}
+
+// withCodeMu runs f with codeMu held.
+func (l compileLock) withCodeMu(f func()) {
+	if !l.serial {
+		codeMu.Lock()
+		defer codeMu.Unlock()
+	}
+	f()
 }
 
 // Retain adds a reference to a module that Compile returned and that is
