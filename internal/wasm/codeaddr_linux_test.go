@@ -127,3 +127,38 @@ func anonExecPages(t *testing.T) map[uintptr]bool {
 	}
 	return pages
 }
+
+// TestColdGate checks that a compilation waits for coldCompiles when
+// wazero compiles the module, and not when it reads it from its cache.
+func TestColdGate(t *testing.T) {
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		t.Skip("wazero has no compiler for", runtime.GOARCH)
+	}
+	ctx := t.Context()
+	cache, err := wazero.NewCompilationCacheWithDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close(ctx)
+	for _, tc := range []struct {
+		name string
+		held bool
+	}{
+		{"compiled", true},
+		{"read from the cache", false},
+	} {
+		rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler().WithCompilationCache(cache))
+		g := &coldGate{Context: ctx}
+		cm, err := rt.CompileModule(g, twoTypes)
+		held := g.held
+		g.release()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if held != tc.held {
+			t.Errorf("%s: coldCompiles held %v, want %v", tc.name, held, tc.held)
+		}
+		_ = cm.Close(ctx)
+		_ = rt.Close(ctx)
+	}
+}
