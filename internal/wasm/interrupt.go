@@ -86,7 +86,8 @@ type instrumented struct {
 // guest it could not stop.
 var errUninstrumentable = errors.New("module uses instructions Warden cannot instrument")
 
-// instrument adds the interrupt flag and its checks to module.
+// instrument adds the interrupt flag and its checks to module, and leaves
+// out the custom sections the runtime has no use for (droppedCustomSection).
 func instrument(module []byte) (*instrumented, error) {
 	sections, err := parseSections(module)
 	if err != nil {
@@ -191,11 +192,19 @@ func instrument(module []byte) (*instrumented, error) {
 		startFunc = sections[startAt].payload
 	}
 
-	out := make([]byte, 0, len(module)+len(module)/8+64)
+	kept := 0
+	for _, s := range sections {
+		if !droppedCustomSection(s) {
+			kept += s.end - s.start
+		}
+	}
+	out := make([]byte, 0, kept+kept/8+64)
 	out = append(out, wasmMagic...)
 	globalsWritten := false
 	for i, s := range sections {
 		switch {
+		case droppedCustomSection(s):
+			continue
 		case i == globalsAt:
 			out = appendSection(out, sectionGlobal, newGlobals)
 			globalsWritten = true
@@ -241,6 +250,17 @@ func instrument(module []byte) (*instrumented, error) {
 		budget:    interruptExportPrefix + strconv.Itoa(int(budget)),
 		start:     startAt >= 0,
 	}, nil
+}
+
+// droppedCustomSection reports whether instrument leaves s out of the
+// module it compiles: every custom section but "name", which gives the
+// functions of a trap's stack trace their names. The others (DWARF, the
+// producers, the policy's metadata, a padding of any size) mean nothing to
+// the runtime, and each copy of the module made on the way to the compiler,
+// and the compiler's own hashing of it, would otherwise carry them: a
+// 250 MB custom section took the heap of a load past 2 GB.
+func droppedCustomSection(s section) bool {
+	return s.id == sectionCustom && s.name != "name"
 }
 
 // sectionOrder is the position of a known section in a module: the data

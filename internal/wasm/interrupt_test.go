@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +149,35 @@ func TestInstrumentRefusesUnknownInstructions(t *testing.T) {
 	_, err := instrument(module)
 	if !errors.Is(err, errUninstrumentable) || !strings.Contains(err.Error(), "opcode 0xfb") {
 		t.Fatalf("error = %v", err)
+	}
+}
+
+func TestInstrumentKeepsOnlyTheNameSection(t *testing.T) {
+	custom := func(name string, size int) []byte {
+		return append(append([]byte{sectionCustom}, appendName(nil, name)...), make([]byte, size)...)
+	}
+	customs := assemble(custom("padding", 1<<20), custom("name", 16), custom(".debug_info", 4096))
+	module := append(loopingStart([]byte{0x00, 0x0b}), customs[len(wasmMagic):]...)
+
+	out, err := instrument(module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections, err := parseSections(out.module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range sections {
+		if s.id == sectionCustom {
+			names = append(names, s.name)
+		}
+	}
+	if !slices.Equal(names, []string{"name"}) {
+		t.Errorf("custom sections after instrument = %q, want only the name section", names)
+	}
+	if len(out.module) >= 4096 || cap(out.module) >= 4096 {
+		t.Errorf("instrumented module: %d bytes in a buffer of %d, want both under 4096 once the 1 MiB section is left out", len(out.module), cap(out.module))
 	}
 }
 

@@ -289,7 +289,14 @@ func (r *Runtime) Compile(ctx context.Context, module []byte) (*Module, error) {
 	return e.mod, e.err
 }
 
+// compile reads module only until it is instrumented: a module held by
+// nothing else is garbage during the compilation proper, which for a large
+// module takes the most memory.
 func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*Module, error) {
+	var env []string
+	if goWithoutWriteBarriers(module) {
+		env = []string{goStopTheWorldEnv}
+	}
 	inst, err := instrument(module)
 	if err != nil {
 		return nil, fmt.Errorf("reading module: %w", err)
@@ -305,10 +312,6 @@ func (r *Runtime) compile(ctx context.Context, module []byte, digest string) (*M
 	exports := map[string]bool{}
 	for name := range cm.ExportedFunctions() {
 		exports[name] = true
-	}
-	var env []string
-	if goWithoutWriteBarriers(module) {
-		env = []string{goStopTheWorldEnv}
 	}
 	return &Module{
 		Digest:    digest,
