@@ -40,26 +40,7 @@ func fakeDiscovery(w http.ResponseWriter, r *http.Request) {
 // listed by itself, and until then the reason the reflectors are not
 // settled says what they wait for.
 func TestAPIServerBackAfterStart(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there until the API server comes back
-
-	store, err := reflector.Open(filepath.Join(t.TempDir(), "reflectors.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	k, err := NewKubernetes(&rest.Config{Host: "http://" + addr}, KubernetesOptions{Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(k.Close)
-	if err := k.Reflect("v1", "ConfigMap"); err == nil {
-		t.Fatal("the kind was resolved with no API server")
-	}
+	k, addr := withUnreachableAPIServer(t, 0)
 	if k.ReflectorsSettled() {
 		t.Fatal("settled with no API server")
 	}
@@ -69,13 +50,7 @@ func TestAPIServerBackAfterStart(t *testing.T) {
 
 	// The API server comes back, after the first retries.
 	time.Sleep(2 * time.Second)
-	ln, err = net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("the address was taken meanwhile: %v", err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(fakeDiscovery)}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	serveAt(t, addr, http.HandlerFunc(fakeDiscovery))
 
 	// Nothing asks (no readiness probe): the retries go on by themselves.
 	deadline := time.Now().Add(time.Minute) // bounds the test only
@@ -88,5 +63,94 @@ func TestAPIServerBackAfterStart(t *testing.T) {
 	}
 	if !k.ReflectorsSettled() || k.Waiting() != "" {
 		t.Errorf("settled %v, waiting %q", k.ReflectorsSettled(), k.Waiting())
+	}
+}
+
+// withUnreachableAPIServer returns a Kubernetes with a store whose API
+// server refuses connections, and its address, after a Reflect of
+// ConfigMaps that failed for it: the kind is pending. retry, when not
+// zero, is the backoff of every retry.
+func withUnreachableAPIServer(t *testing.T, retry time.Duration) (k *Kubernetes, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = ln.Addr().String()
+	ln.Close() // nothing listens there until a test serves it
+
+	store, err := reflector.Open(filepath.Join(t.TempDir(), "reflectors.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	k, err = NewKubernetes(&rest.Config{Host: "http://" + addr}, KubernetesOptions{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Close)
+	if retry != 0 {
+		k.retryFirst, k.retryMax = retry, retry
+	}
+	if err := k.Reflect("v1", "ConfigMap"); err == nil {
+		t.Fatal("the kind was resolved with no API server")
+	}
+	return k, addr
+}
+
+// serveAt serves handler at addr until the test ends, or skips the test
+// when another process took the address meanwhile.
+func serveAt(t *testing.T, addr string, handler http.Handler) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the address was taken meanwhile: %v", err)
+	}
+	srv := &http.Server{Handler: handler}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+// TestReadinessAnswersAtOnceWhileTheAPIServerIsSilent: an API server that
+// takes connections and never answers, as one behind a firewall that drops
+// its packets, made each readiness probe wait for discovery's 32 s
+// timeout, far over a probe's. The probe must answer at once, and say why
+// it waits.
+func TestReadinessAnswersAtOnceWhileTheAPIServerIsSilent(t *testing.T) {
+	k, addr := withUnreachableAPIServer(t, 0)
+	serveAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+
+	for range 3 {
+		answered := make(chan bool, 1)
+		go func() { answered <- k.ReflectorsSettled() }()
+		select {
+		case settled := <-answered:
+			if settled {
+				t.Fatal("settled while the API server never answers")
+			}
+		case <-time.After(10 * time.Second): // discovery's timeout is 32 s
+			t.Fatal("ReflectorsSettled waited for the silent API server")
+		}
+		if why := k.Waiting(); !strings.Contains(why, "v1/ConfigMap") {
+			t.Errorf("Waiting() = %q, want the kind it waits for", why)
+		}
+	}
+}
+
+// TestReadinessProbeHastensTheRetry: a probe that finds kinds pending has
+// them tried at once, not at the next backoff, so that a pod turns ready
+// soon after its API server is back even late in a long outage.
+func TestReadinessProbeHastensTheRetry(t *testing.T) {
+	k, addr := withUnreachableAPIServer(t, time.Hour) // no retry comes by itself
+	serveAt(t, addr, http.HandlerFunc(fakeDiscovery))
+
+	deadline := time.Now().Add(time.Minute) // bounds the test only
+	for !k.ReflectorsSettled() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not settled within a minute of the API server's return with probes asking; waiting: %q", k.Waiting())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -79,6 +79,7 @@ type Kubernetes struct {
 	pendingMu sync.Mutex
 	pending   map[schema.GroupVersionKind]error // kinds Reflect could not resolve, and why
 	retrying  bool                              // retryPending runs
+	retryNow  chan struct{}                     // ReflectorsSettled asks retryPending for a try without waiting
 	closed    chan struct{}                     // closed by Close: retryPending ends
 	closeOnce sync.Once
 	// retryFirst and retryMax are the backoff of retryPending:
@@ -146,6 +147,7 @@ func NewKubernetes(cfg *rest.Config, opts KubernetesOptions) (*Kubernetes, error
 		reflectors: refl,
 		lists:      newListCache(maxListCacheBytes),
 		pending:    map[schema.GroupVersionKind]error{},
+		retryNow:   make(chan struct{}, 1),
 		closed:     make(chan struct{}),
 		retryFirst: pendingRetryFirst,
 		retryMax:   pendingRetryMax,
@@ -162,31 +164,53 @@ func NewKubernetes(cfg *rest.Config, opts KubernetesOptions) (*Kubernetes, error
 // resolves the kind (discovery) and returns; the copy fills in the
 // background, and lists wait for it. Without a Store it does nothing.
 //
-// A kind that cannot be resolved because discovery failed (the API server
-// cannot be reached) is resolved again in the background, with capped
-// exponential backoff (retryPending), and by ReflectorsSettled, which is
-// not true before; Waiting says why. A kind the API server does not serve
-// is not resolved again.
+// The kind counts as pending while it is resolved, so that Reflect may run
+// in the background of a start: against an API server that drops packets
+// a resolution lasts the discovery client's timeout, 32 s, and readiness
+// must meanwhile neither settle nor wait for it. A kind that cannot be
+// resolved because discovery failed (the API server cannot be reached)
+// stays pending and is resolved again in the background, with capped
+// exponential backoff (retryPending), at once when ReflectorsSettled asks,
+// which is not true before; Waiting says why. A kind the API server does
+// not serve is not resolved again.
 func (k *Kubernetes) Reflect(apiVersion, kind string) error {
 	if k.reflectors == nil {
 		return nil
 	}
+	gvk := schema.FromAPIVersionAndKind(apiVersion, kind)
+	k.pendingMu.Lock()
+	if _, ok := k.pending[gvk]; !ok {
+		k.pending[gvk] = errResolving
+	}
+	k.pendingMu.Unlock()
 	m, err := k.mapping(apiVersion, kind)
-	if err != nil {
-		if unknown := (*unknownKindError)(nil); !errors.As(err, &unknown) {
-			k.pendingMu.Lock()
-			k.pending[schema.FromAPIVersionAndKind(apiVersion, kind)] = err
-			if !k.retrying {
-				k.retrying = true
-				go k.retryPending()
-			}
-			k.pendingMu.Unlock()
-		}
+	if err != nil && !errors.As(err, new(*unknownKindError)) {
+		k.retryLater(gvk, err)
 		return err
 	}
-	_, err = k.reflectors.Start(m.Resource)
+	if err == nil {
+		_, err = k.reflectors.Start(m.Resource) // before the kind leaves pending: settled waits for its list
+	}
+	k.pendingMu.Lock()
+	delete(k.pending, gvk)
+	k.pendingMu.Unlock()
 	return err
 }
+
+// retryLater keeps a kind pending for retryPending, which it starts unless
+// it runs.
+func (k *Kubernetes) retryLater(gvk schema.GroupVersionKind, why error) {
+	k.pendingMu.Lock()
+	defer k.pendingMu.Unlock()
+	k.pending[gvk] = why
+	if !k.retrying {
+		k.retrying = true
+		go k.retryPending()
+	}
+}
+
+// errResolving is why a kind is pending while Reflect resolves it.
+var errResolving = errors.New("asking the API server for the kind")
 
 // RetainReflectors stops the reflectors of every kind but kinds (the kinds
 // the policies served may read) and drops their copies: a policy removed
@@ -248,30 +272,38 @@ func (k *Kubernetes) syncedTable(apiVersion, kind string) (*reflector.Table, *me
 
 // ReflectorsSettled reports whether every reflector started has listed
 // its objects, or cannot (reflector.Reflectors.Settled). Without a Store
-// it is true.
+// it is true. It answers at once, for a readiness probe: while kinds are
+// pending it asks retryPending to try them now rather than at its next
+// backoff, and is false. It never waits for discovery itself: against an
+// API server that drops packets a try lasts the discovery client's
+// timeout, 32 s, far over a probe's.
 func (k *Kubernetes) ReflectorsSettled() bool {
 	if k.reflectors == nil {
 		return true
 	}
-	return k.reflectPending() && k.reflectors.Settled()
+	k.pendingMu.Lock()
+	pending := len(k.pending) > 0
+	k.pendingMu.Unlock()
+	if pending {
+		select {
+		case k.retryNow <- struct{}{}:
+		default: // asked already
+		}
+		return false
+	}
+	return k.reflectors.Settled()
 }
 
 // reflectPending resolves the pending kinds again and starts their
 // reflectors, and reports whether none is left pending. A kind stays
 // pending while it is tried: a readiness probe meanwhile must not find
-// nothing pending and settle (the try of an API server that does not
-// answer lasts the discovery client's timeout, 32 s).
+// nothing pending and settle.
 func (k *Kubernetes) reflectPending() bool {
 	k.pendingMu.Lock()
 	kinds := slices.Collect(maps.Keys(k.pending))
 	k.pendingMu.Unlock()
 	for _, gvk := range kinds {
-		apiVersion, kind := gvk.ToAPIVersionAndKind()
-		if err := k.Reflect(apiVersion, kind); err == nil || errors.As(err, new(*unknownKindError)) {
-			k.pendingMu.Lock()
-			delete(k.pending, gvk)
-			k.pendingMu.Unlock()
-		}
+		_ = k.Reflect(gvk.ToAPIVersionAndKind()) // a kind that fails stays pending
 	}
 	k.pendingMu.Lock()
 	defer k.pendingMu.Unlock()
@@ -280,9 +312,10 @@ func (k *Kubernetes) reflectPending() bool {
 
 // retryPending resolves the pending kinds again, and starts their
 // reflectors, until none is left or Close: after pendingRetryFirst, then
-// twice as late each time, at most pendingRetryMax apart. So an API server
-// unreachable at start is picked up when it comes back, with no signal and
-// no request needed.
+// twice as late each time, at most pendingRetryMax apart, and also when
+// ReflectorsSettled asks. So an API server unreachable at start is picked
+// up when it comes back, with no signal and no request needed, and a
+// readiness probe sees it as soon as it asks.
 func (k *Kubernetes) retryPending() {
 	delay := k.retryFirst
 	for {
@@ -292,6 +325,8 @@ func (k *Kubernetes) retryPending() {
 			t.Stop()
 			return
 		case <-t.C:
+		case <-k.retryNow:
+			t.Stop()
 		}
 		k.reflectPending()
 		k.pendingMu.Lock()

@@ -71,6 +71,10 @@ type Server struct {
 	main, readiness, metricsLn net.Listener
 	ready                      atomic.Bool
 	settled                    atomic.Bool // see reflectorsSettled
+	// reflectorsStarted is closed once the start has asked for the
+	// reflectors of the policies' kinds (standalone mode; nil in cluster
+	// mode, whose revisions ask for them).
+	reflectorsStarted chan struct{}
 }
 
 // SetGOMAXPROCS gives the process 2*workers+1 Ps (never fewer than it has):
@@ -132,7 +136,14 @@ func New(ctx context.Context, opts Options, logger *slog.Logger) (*Server, error
 		if configs, err = readPolicies(opts.PoliciesPath); err != nil {
 			return nil, err
 		}
-		s.startReflectors(ctx, configs) // they list while the modules compile
+		// They list while the modules compile, and resolve their kinds
+		// there too: an API server that drops packets makes each kind
+		// wait for discovery's timeout, 32 s.
+		s.reflectorsStarted = make(chan struct{})
+		go func() {
+			defer close(s.reflectorsStarted)
+			s.startReflectors(ctx, configs)
+		}()
 	}
 	var shared *sharedcache.Store
 	if opts.SharedCacheDir != "" {
@@ -462,6 +473,13 @@ func (s *Server) handleReadiness(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) reflectorsSettled() bool {
 	if s.opts.ReflectorsSettled == nil || s.settled.Load() {
 		return true
+	}
+	if s.reflectorsStarted != nil {
+		select {
+		case <-s.reflectorsStarted:
+		default:
+			return false
+		}
 	}
 	if s.opts.ReflectorsSettled() {
 		s.settled.Store(true)
