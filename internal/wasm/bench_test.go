@@ -154,3 +154,19 @@ func BenchmarkGoWithoutWriteBarriers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWapcTrap is one call of the trap policy, whose validate hits an
+// out-of-bounds load: the cost of a guest that fails fast, its instance
+// replaced or reset for the next call.
+func BenchmarkWapcTrap(b *testing.B) {
+	w := newWapc(b, newRuntime(b, wasm.Config{}), "trap")
+	payload := benchRequest(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := w.Call(ctx, nil, "validate", payload); err == nil {
+			b.Fatal("the trap policy answered")
+		}
+	}
+}

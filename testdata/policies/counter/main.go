@@ -3,12 +3,15 @@
 // Command counter is a waPC policy that proves evaluations are isolated: it
 // counts its validate calls in a package variable and answers
 // {"accepted":true,"message":"call N"}. With settings {"grow_mb": N} it also
-// keeps N MiB alive, which grows its linear memory. On a host that isolates
-// evaluations, N is always 1.
+// keeps N MiB alive, which grows its linear memory. With {"fail": "trap"}
+// it then hits an out-of-bounds load, with {"fail": "loop"} it loops until
+// the host interrupts it: either way after counting. On a host that
+// isolates evaluations, N is always 1.
 package main
 
 import (
 	"strconv"
+	"unsafe"
 
 	"github.com/tidwall/gjson"
 
@@ -21,6 +24,7 @@ func main() {}
 var (
 	calls int
 	kept  [][]byte
+	sink  byte // keeps the failing load and loop from being optimised away
 )
 
 func init() {
@@ -38,6 +42,15 @@ func validate(payload []byte) ([]byte, error) {
 			b[i] = 1
 		}
 		kept = append(kept, b)
+	}
+	switch gjson.GetBytes(payload, "settings.fail").String() {
+	case "trap":
+		// An address the host never lets the module have (see package trap).
+		sink = *(*byte)(unsafe.Add(unsafe.Pointer(nil), uintptr(0xfffffff0)))
+	case "loop":
+		for {
+			sink++
+		}
 	}
 	return protocol.ValidationResponse{Accepted: true, Message: "call " + strconv.Itoa(calls)}.Marshal(), nil
 }
