@@ -18,7 +18,9 @@
 // snapshot (the kernel's page map says which ones), and every mutable global is
 // restored (the module is rewritten at load time to export them). Memory a
 // call grew is emptied, and kept within a bound (idle.go). A call that traps
-// or times out discards its instance instead. See snapshot_linux.go.
+// or times out is put back the same way, with a fresh function to call
+// (Wapc.putFailed); one that exits discards its instance. See
+// snapshot_linux.go.
 //
 // WASI commands get the same treatment mid-run (wasi_pool.go): each pooled
 // instance runs _start once; at its first read of stdin the call stack, memory
