@@ -13,6 +13,7 @@ import (
 	"github.com/wardenhq/warden/internal/admission/admissiontest"
 	"github.com/wardenhq/warden/internal/hostcap"
 	"github.com/wardenhq/warden/internal/metadata"
+	"github.com/wardenhq/warden/internal/policybuild"
 	"github.com/wardenhq/warden/internal/testkit"
 	"github.com/wardenhq/warden/internal/wasm"
 )
@@ -73,6 +74,30 @@ cel:
 			b.Fatal(err)
 		}
 		req.Release() // as the server does once it has answered
+	}
+	b.ReportMetric(float64(testkit.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkAdmissionPathWapc is BenchmarkAdmissionPathCEL for the load
+// test's waPC policy (labels): what the policy server adds to the guest's
+// call (BenchmarkWapcCall in internal/wasm) for one request, without HTTP.
+func BenchmarkAdmissionPathWapc(b *testing.B) {
+	e, body := loadForBench(b, "labels: {module: file://"+policybuild.ForTest(b, "labels")+", settings: {denied_labels: [forbidden]}}\n")
+	b.ReportAllocs()
+	cpu := testkit.CPUTime()
+	for b.Loop() {
+		req, err := admission.DecodeReview(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp, err := e.Validate(context.Background(), "labels", req, OriginValidate)
+		if err != nil || !resp.Allowed {
+			b.Fatalf("got %+v, %v", resp, err)
+		}
+		if _, err := json.Marshal(admission.NewReview(resp)); err != nil {
+			b.Fatal(err)
+		}
+		req.Release()
 	}
 	b.ReportMetric(float64(testkit.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
