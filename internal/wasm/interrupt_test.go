@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -195,4 +196,18 @@ func FuzzInstrument(f *testing.F) {
 			t.Fatalf("instrumented module does not parse: %v", err)
 		}
 	})
+}
+
+// TestAbandonedHostCallIsTheDeadline: a host call abandoned at the
+// deadline may end the guest call before the guard's function has run and
+// set the flag (it runs on a goroutine of its own, started late on a
+// loaded machine); the answer is still the deadline's.
+func TestAbandonedHostCallIsTheDeadline(t *testing.T) {
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now())
+	defer cancel()
+	<-ctx.Done()
+	recovered := fmt.Errorf("%w (recovered by wazero)\nwasm stack trace:\n\t...", errHostCallAbandoned) // as wazero wraps a host panic
+	if err := callError(ctx, recovered, "", false); !errors.Is(err, ErrDeadlineExceeded) {
+		t.Errorf("callError = %v, want ErrDeadlineExceeded", err)
+	}
 }

@@ -744,7 +744,10 @@ func callError(ctx context.Context, err error, stderr string, interrupted bool) 
 	if err == nil {
 		return nil
 	}
-	if interrupted {
+	// A host call abandoned at the deadline ends the call before the
+	// guard may have set the flag: context.AfterFunc runs its function on
+	// a goroutine of its own, which a loaded machine starts late.
+	if interrupted || errors.Is(err, errHostCallAbandoned) {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return ErrDeadlineExceeded
 		}
