@@ -6,12 +6,15 @@
 //	go run ./hack/buildpolicy -copies 20 -o /tmp/mods testdata/policies/labels
 //
 // With -copies N it writes N modules into -o, each with a different policy
-// title in its metadata, so they have distinct digests and are compiled
-// separately (as N different policies would be).
+// title in its metadata and a different module name in its name section,
+// so they have distinct digests and are compiled separately (as N
+// different policies would be): Warden compiles a module without its
+// metadata, and would compile copies that differ only there once.
 package main
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"io"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/wardenhq/warden/internal/metadata"
 	"github.com/wardenhq/warden/internal/policybuild"
+	"github.com/wardenhq/warden/internal/wasm"
 )
 
 func main() {
@@ -75,6 +79,9 @@ func writeCopies(src, path, dir string, n int, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if b, err = withModuleName(b, "copy-"+strconv.Itoa(i)); err != nil {
+			return err
+		}
 		name := filepath.Join(dir, fmt.Sprintf("%s-%d.wasm", base, i))
 		if err := os.WriteFile(name, b, 0o644); err != nil {
 			return err
@@ -82,4 +89,31 @@ func writeCopies(src, path, dir string, n int, stdout io.Writer) error {
 		fmt.Fprintln(stdout, name)
 	}
 	return nil
+}
+
+// withModuleName gives module the name in the module-name subsection (id 0)
+// of its name section, replacing any it had.
+func withModuleName(module []byte, name string) ([]byte, error) {
+	names, _, err := wasm.CustomSection(module, "name")
+	if err != nil {
+		return nil, err
+	}
+	var rest []byte // the other subsections, which follow the module name
+	for off := 0; off < len(names); {
+		id := names[off]
+		size, n := binary.Uvarint(names[off+1:])
+		if n <= 0 || uint64(len(names)-off-1-n) < size {
+			return nil, fmt.Errorf("the name section's subsection at offset %d is malformed", off)
+		}
+		end := off + 1 + n + int(size)
+		if id != 0 {
+			rest = append(rest, names[off:end]...)
+		}
+		off = end
+	}
+	sub := binary.AppendUvarint(nil, uint64(len(name)))
+	sub = append(sub, name...)
+	section := append([]byte{0}, binary.AppendUvarint(nil, uint64(len(sub)))...)
+	section = append(append(section, sub...), rest...)
+	return wasm.WithCustomSection(module, "name", section)
 }
