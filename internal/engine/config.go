@@ -108,12 +108,22 @@ func (c *PolicyConfig) IsGroup() bool {
 
 // modules returns the module URIs the entry uses: its own, or its members'.
 func (c *PolicyConfig) modules() []string {
-	if !c.IsGroup() {
-		return []string{c.Module}
+	var out []string
+	for _, s := range c.singles() {
+		out = append(out, s.Module)
 	}
-	out := make([]string, 0, len(c.Policies))
+	return out
+}
+
+// singles returns the single policies of c: c itself, or the members of a
+// group, in name order.
+func (c *PolicyConfig) singles() []*PolicyConfig {
+	if !c.IsGroup() {
+		return []*PolicyConfig{c}
+	}
+	out := make([]*PolicyConfig, 0, len(c.Policies))
 	for _, name := range sortedKeys(c.Policies) {
-		out = append(out, c.Policies[name].Module)
+		out = append(out, c.Policies[name].config())
 	}
 	return out
 }

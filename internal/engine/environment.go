@@ -442,6 +442,7 @@ func (env *Environment) build(ctx context.Context, configs map[string]*PolicyCon
 	l := &loader{opts: env.opts, env: env, modules: map[string]*moduleLoad{}}
 	defer l.releaseModules(ctx)
 	l.compileAll(ctx, configs)
+	l.preparePools(ctx, configs)
 	built, errs := map[string]*entry{}, map[string]error{}
 	for _, id := range sortedKeys(configs) {
 		c := configs[id]
@@ -518,6 +519,14 @@ func (env *Environment) takeShared(key string) runner {
 		return s.run
 	}
 	return nil
+}
+
+// hasShared reports whether a runner is shared under key.
+func (env *Environment) hasShared(key string) bool {
+	env.refMu.Lock()
+	defer env.refMu.Unlock()
+	_, ok := env.shared[key]
+	return ok
 }
 
 // addShared shares a new runner under key, with one holder.

@@ -308,6 +308,43 @@ func TestEnvironmentSwapsLeakNothing(t *testing.T) {
 	}
 }
 
+// TestEnvironmentBuildsPoolsInParallelOnce: the pools of distinct modules
+// are built before the policies (preparePools), one per module however
+// many policies use it; the loader's own holds on them go when it is done,
+// so that a failed Init, or the removal of every policy, leaves none.
+func TestEnvironmentBuildsPoolsInParallelOnce(t *testing.T) {
+	f := newEnvFixture(t, nil)
+	good := "a: {module: {labels}, settings: {denied_labels: [foo]}}\n" +
+		"b: {module: {labels}, settings: {denied_labels: [bar]}}\n" +
+		"w: {module: {wasi-log}}\n" +
+		"g: {expression: 'm()', message: 'no', policies: {m: {module: {labels}, settings: {denied_labels: [baz]}}}}\n"
+	if err := f.env.Init(context.Background(), f.configs(good+"bad: {module: 'file://{dir}/missing.wasm'}\n")); err == nil {
+		t.Fatal("Init with a missing module succeeded")
+	}
+	if n, m := f.env.SharedRunners(), f.rt.CompiledModules(); n+m != 0 {
+		t.Errorf("a failed Init holds %d pools and %d modules", n, m)
+	}
+
+	if err := f.env.Init(context.Background(), f.configs(good)); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.env.SharedRunners(); n != 2 {
+		t.Errorf("%d pools for two modules", n)
+	}
+	for id, want := range map[string]string{"a": "foo", "b": "bar"} {
+		if got := f.answer(id, want); got == "accept" {
+			t.Errorf("policy %s accepted a Pod labelled %s", id, want)
+		}
+		if got := f.answer(id, "other"); got != "accept" {
+			t.Errorf("policy %s: %s", id, got)
+		}
+	}
+	f.env.Apply(context.Background(), map[string]*PolicyConfig{})
+	if n, m := f.env.SharedRunners(), f.rt.CompiledModules(); n+m != 0 {
+		t.Errorf("with no policy left: %d pools and %d modules", n, m)
+	}
+}
+
 // TestEnvironmentInit checks a server's start: without ContinueOnErrors one
 // broken policy fails it and nothing is held; with it, the broken policy
 // answers its error and the others serve.

@@ -87,6 +87,10 @@ type loader struct {
 	opts    Options
 	env     *Environment
 	modules map[string]*moduleLoad
+	// pools are the waPC and WASI pools preparePools built, by key, each
+	// held once by the loader; poolErrs why a pool could not be built.
+	pools    []string
+	poolErrs map[string]error
 }
 
 type moduleLoad struct {
@@ -117,8 +121,12 @@ func (l *loader) compileAll(ctx context.Context, configs map[string]*PolicyConfi
 	wg.Wait()
 }
 
-// releaseModules drops the loader's references to the modules it compiled.
+// releaseModules drops the loader's references to the pools it built and
+// the modules it compiled.
 func (l *loader) releaseModules(ctx context.Context) {
+	for _, key := range l.pools {
+		l.env.releaseShared(ctx, key)
+	}
 	for _, ml := range l.modules {
 		l.opts.Runtime.Release(ctx, ml.mod)
 	}
@@ -206,12 +214,7 @@ func (l *loader) policy(ctx context.Context, id string, c *PolicyConfig) (*Polic
 	if len(p.settings) == 0 || string(p.settings) == "null" {
 		p.settings = []byte("{}")
 	}
-	if l.opts.TimeoutProtection {
-		p.timeout = l.opts.DefaultTimeout
-		if c.TimeoutEvalSeconds != nil {
-			p.timeout = time.Duration(*c.TimeoutEvalSeconds) * time.Second
-		}
-	}
+	p.timeout = l.initTimeout(c)
 	if l.native(c.Module) {
 		run, err := newNativeRunner(c.Module, p.settings, p.host.resources)
 		if err != nil {
@@ -300,6 +303,20 @@ func FailedStage(err error) LoadStage {
 	return StageOther
 }
 
+// initTimeout is a policy's time limit per evaluation, which also bounds
+// its initialisation and settings validation: zero without timeout
+// protection (loadTimeout applies then).
+func (l *loader) initTimeout(c *PolicyConfig) time.Duration {
+	switch {
+	case !l.opts.TimeoutProtection:
+		return 0
+	case c.TimeoutEvalSeconds != nil:
+		return time.Duration(*c.TimeoutEvalSeconds) * time.Second
+	default:
+		return l.opts.DefaultTimeout
+	}
+}
+
 // cmp returns a if it is set, else b.
 func cmp(a, b time.Duration) time.Duration {
 	if a > 0 {
@@ -316,29 +333,108 @@ func (l *loader) runner(ctx context.Context, id string, c *PolicyConfig, ml *mod
 	if mode := ml.meta.Mode(); mode == metadata.ModeOPA || mode == metadata.ModeGatekeeper {
 		return l.regoRunner(ctx, id, c, ml)
 	}
-	key := ml.meta.Mode() + "/" + ml.mod.Digest
+	key := poolKey(ml)
 	release := func(ctx context.Context) { l.env.releaseShared(ctx, key) }
 	if r := l.env.takeShared(key); r != nil {
 		return r, release, nil
 	}
+	if err, ok := l.poolErrs[key]; ok {
+		return nil, nil, err
+	}
+	r, err := l.newPool(ctx, ml)
+	if err != nil {
+		return nil, nil, err
+	}
+	l.env.addShared(key, r)
+	return r, release, nil
+}
+
+// poolKey names the shared pool of a waPC or WASI module.
+func poolKey(ml *moduleLoad) string { return ml.meta.Mode() + "/" + ml.mod.Digest }
+
+// newPool builds the instance pool of a waPC or WASI module: its
+// instantiation, the guest's initialisation and the memory snapshot. The
+// pool holds a reference to the module.
+func (l *loader) newPool(ctx context.Context, ml *moduleLoad) (moduleRunner, error) {
 	rt, mod := l.opts.Runtime, ml.mod
 	var r runner
 	if ml.meta.Mode() == metadata.ModeWASI {
 		pool, err := rt.NewWASIPool(ctx, mod, "validate", 2*l.opts.Workers)
 		if err != nil {
-			return nil, nil, err
+			return moduleRunner{}, err
 		}
 		r = wasiRunner{rt: rt, mod: mod, pool: pool, onWarn: l.warnStderr}
 	} else {
 		w, err := rt.NewWapc(ctx, mod, 2*l.opts.Workers)
 		if err != nil {
-			return nil, nil, err
+			return moduleRunner{}, err
 		}
 		r = wapcRunner{w}
 	}
 	rt.Retain(mod)
-	l.env.addShared(key, moduleRunner{runner: r, rt: rt, mod: mod})
-	return r, release, nil
+	return moduleRunner{runner: r, rt: rt, mod: mod}, nil
+}
+
+// preparePools builds the pools of the distinct waPC and WASI modules of
+// configs that the environment does not hold yet, in parallel (GOMAXPROCS
+// at a time), before the policies are built one after another: building a
+// pool is most of a policy's load once its module is compiled (tens of
+// milliseconds for a Go guest), and settings validation is not. Each pool
+// is built with the time limit of the first policy (in id order) that uses
+// its module, as building the policies in order would; a pool that fails
+// is not tried again for the other policies of its module, which fail
+// with the same error.
+func (l *loader) preparePools(ctx context.Context, configs map[string]*PolicyConfig) {
+	type job struct {
+		key string
+		ml  *moduleLoad
+		c   *PolicyConfig
+		r   moduleRunner
+		err error
+	}
+	var jobs []*job
+	seen := map[string]bool{}
+	for _, id := range sortedKeys(configs) {
+		for _, c := range configs[id].singles() {
+			ml := l.modules[c.Module]
+			if l.native(c.Module) || ml == nil || ml.err != nil || ml.mod == nil {
+				continue
+			}
+			if mode := ml.meta.Mode(); mode != metadata.ModeWapc && mode != metadata.ModeWASI {
+				continue
+			}
+			key := poolKey(ml)
+			if seen[key] || l.env.hasShared(key) {
+				continue
+			}
+			seen[key] = true
+			jobs = append(jobs, &job{key: key, ml: ml, c: c})
+		}
+	}
+	if len(jobs) < 2 {
+		return // one pool: built on the way, with no goroutine
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, j := range jobs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			initCtx, cancel := context.WithTimeout(ctx, cmp(l.initTimeout(j.c), loadTimeout))
+			defer cancel()
+			j.r, j.err = l.newPool(initCtx, j.ml)
+		})
+	}
+	wg.Wait()
+	l.poolErrs = map[string]error{}
+	for _, j := range jobs {
+		if j.err != nil {
+			l.poolErrs[j.key] = j.err
+			continue
+		}
+		l.env.addShared(j.key, j.r) // the loader's hold, until releaseModules
+		l.pools = append(l.pools, j.key)
+	}
 }
 
 // regoRunner returns a runner of its own to an OPA or Gatekeeper policy:
