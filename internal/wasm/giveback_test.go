@@ -2,6 +2,7 @@ package wasm
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func TestFailedCallGivesMemoryBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close(context.Background())
-	before := rt.memoryReturns()
+	before, heapBefore := rt.memoryReturns(), heapInUse()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := w.Call(ctx, nil, "validate", nil); err == nil || !strings.Contains(err.Error(), "stack overflow") {
@@ -55,4 +56,20 @@ func TestFailedCallGivesMemoryBack(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The instance is kept (Wapc.putFailed), but not the stack the call
+	// grew: a collection finds the heap about as it was.
+	if live := heapInUse(); live > heapBefore+32<<20 {
+		t.Errorf("%d MiB of heap in use after the stack overflow, %d MiB before: the grown stack is still held", live>>20, heapBefore>>20)
+	}
+	if n := rt.LiveInstances(); n != 1 {
+		t.Errorf("%d live instances after the stack overflow, want the one kept", n)
+	}
+}
+
+// heapInUse is the Go heap in use after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
 }
