@@ -20,8 +20,6 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/wardenhq/warden/internal/clustertest"
 	"github.com/wardenhq/warden/internal/metadata"
@@ -373,13 +371,8 @@ const roleBindingReview = `{"apiVersion":"admission.k8s.io/v1","kind":"Admission
 // writeKubeconfig writes a kubeconfig for cfg into dir and returns its path.
 func writeKubeconfig(t *testing.T, cfg *rest.Config, dir string) string {
 	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["scale"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	kc.Contexts["scale"] = &clientcmdapi.Context{Cluster: "scale", AuthInfo: "admin"}
-	kc.CurrentContext = "scale"
 	path := filepath.Join(dir, "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+	if err := os.WriteFile(path, clustertest.Kubeconfig(t, cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
