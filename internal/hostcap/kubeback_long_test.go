@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
 	"github.com/wardenhq/warden/internal/reflector"
@@ -110,17 +109,7 @@ func TestAPIServerBackAfterALongOutage(t *testing.T) {
 				}
 				serve(ln)
 			}
-			configMaps := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-			deadline = time.Now().Add(time.Minute) // bounds the wait only
-			for tbl := k.reflectors.Table(configMaps); tbl == nil || !tbl.HasSynced(); tbl = k.reflectors.Table(configMaps) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the kind was not listed within a minute of the API server's return; waiting: %q", k.Waiting())
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			if !k.ReflectorsSettled() || k.Waiting() != "" {
-				t.Errorf("settled %v, waiting %q", k.ReflectorsSettled(), k.Waiting())
-			}
+			waitUntilListed(t, k)
 		})
 	}
 }

@@ -53,13 +53,21 @@ func TestAPIServerBackAfterStart(t *testing.T) {
 	serveAt(t, addr, http.HandlerFunc(fakeDiscovery))
 
 	// Nothing asks (no readiness probe): the retries go on by themselves.
-	deadline := time.Now().Add(time.Minute) // bounds the test only
+	waitUntilListed(t, k)
+}
+
+// waitUntilListed waits, a minute at most, until k's reflector of
+// ConfigMaps holds its first list, without asking (ReflectorsSettled
+// would), then checks that k is settled and waits for nothing.
+func waitUntilListed(t *testing.T, k *Kubernetes) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute) // bounds the wait only
 	configMaps := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 	for tbl := k.reflectors.Table(configMaps); tbl == nil || !tbl.HasSynced(); tbl = k.reflectors.Table(configMaps) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the kind was not listed within a minute of the API server's return; waiting: %q", k.Waiting())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	if !k.ReflectorsSettled() || k.Waiting() != "" {
 		t.Errorf("settled %v, waiting %q", k.ReflectorsSettled(), k.Waiting())

@@ -295,19 +295,15 @@ func (k *Kubernetes) ReflectorsSettled() bool {
 }
 
 // reflectPending resolves the pending kinds again and starts their
-// reflectors, and reports whether none is left pending. A kind stays
-// pending while it is tried: a readiness probe meanwhile must not find
-// nothing pending and settle.
-func (k *Kubernetes) reflectPending() bool {
+// reflectors. A kind stays pending while it is tried (Reflect): a
+// readiness probe meanwhile must not find nothing pending and settle.
+func (k *Kubernetes) reflectPending() {
 	k.pendingMu.Lock()
 	kinds := slices.Collect(maps.Keys(k.pending))
 	k.pendingMu.Unlock()
 	for _, gvk := range kinds {
 		_ = k.Reflect(gvk.ToAPIVersionAndKind()) // a kind that fails stays pending
 	}
-	k.pendingMu.Lock()
-	defer k.pendingMu.Unlock()
-	return len(k.pending) == 0
 }
 
 // retryPending resolves the pending kinds again, and starts their
