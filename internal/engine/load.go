@@ -103,20 +103,28 @@ type moduleLoad struct {
 // compileAll fetches and compiles every distinct module of configs, in
 // parallel.
 func (l *loader) compileAll(ctx context.Context, configs map[string]*PolicyConfig) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var loads []func()
 	for _, id := range sortedKeys(configs) {
 		for _, uri := range configs[id].modules() {
 			if ml := l.module(uri); !l.native(uri) && ml.claim() {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					sem <- struct{}{}
-					defer func() { <-sem }()
-					ml.load(ctx, uri, l.opts)
-				}()
+				loads = append(loads, func() { ml.load(ctx, uri, l.opts) })
 			}
 		}
+	}
+	inParallel(loads)
+}
+
+// inParallel runs every job, GOMAXPROCS at a time, and returns once all
+// have.
+func inParallel(jobs []func()) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, job := range jobs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			job()
+		})
 	}
 	wg.Wait()
 }
@@ -414,18 +422,15 @@ func (l *loader) preparePools(ctx context.Context, configs map[string]*PolicyCon
 	if len(jobs) < 2 {
 		return // one pool: built on the way, with no goroutine
 	}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for _, j := range jobs {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
+	builds := make([]func(), len(jobs))
+	for i, j := range jobs {
+		builds[i] = func() {
 			initCtx, cancel := context.WithTimeout(ctx, cmp(l.initTimeout(j.c), loadTimeout))
 			defer cancel()
 			j.r, j.err = l.newPool(initCtx, j.ml)
-		})
+		}
 	}
-	wg.Wait()
+	inParallel(builds)
 	l.poolErrs = map[string]error{}
 	for _, j := range jobs {
 		if j.err != nil {
