@@ -66,11 +66,15 @@ func (p *prefetcher) hold(ctx context.Context, configs, current map[string]*engi
 			if !remote(uri) {
 				continue
 			}
+			// A fetch this reload starts is waited for even when it has
+			// already ended (a refused connection ends at once): the
+			// reload its end starts applies its outcome, once. Used here
+			// too, it would be applied, counted and fetched again there.
 			f, ok := p.byURI[uri]
 			if !ok {
 				f = p.startLocked(ctx, uri)
 			}
-			if !f.finished.Load() {
+			if !ok || !f.finished.Load() {
 				waiting = append(waiting, uri)
 			} else if !slices.Contains(used, uri) {
 				used = append(used, uri)
