@@ -235,9 +235,6 @@ func (o *OPA) get(ctx context.Context, data OPAData) (*opaInstance, error) {
 		in, ok = o.idle.take(holds)
 	}
 	snap := o.snaps.of(data.id)
-	if snap == nil && (!ok || !holds(in)) {
-		o.snaps.want(data.id)
-	}
 	if ok && in.dataID != data.id && snap != nil {
 		// An instance of another document: a new one from the snapshot
 		// needs no parse, and this one's memory is freed.
@@ -291,7 +288,7 @@ const dataLoadTimeout = 30 * time.Second
 //
 // An instance of the document of the snapshot that parsed the document
 // itself is put on the snapshot (rebase). An instance of a document that
-// was wanted (opaSnapshots.want) and is newer than the snapshot's is
+// was wanted (opaSnapshots.parsing) and is newer than the snapshot's is
 // remembered (opaSnapshots.remember) before it is kept, in the background:
 // the snapshot, a copy of the instance's memory, costs a third to a half of
 // the parse it spares the next instances, and the request that made the

@@ -52,11 +52,11 @@ type opaSnapshot struct {
 //
 // A document goes through these states:
 //
-//   - loaded: an instance parsed it (noteLoaded); nothing else happens
+//   - loaded: an instance parsed it (parsing); nothing else happens
 //     while evaluations find an idle instance that holds it.
-//   - wanted: an evaluation of it found every instance that holds it busy
-//     (want), so the next instance of it to be put back is to be
-//     remembered.
+//   - wanted: an evaluation of it found every instance that holds it busy,
+//     or parses it while another does (parsing), so the next instance of
+//     it to be put back is to be remembered.
 //   - pending: that instance is being remembered, in the background
 //     (start hands the caller the function that ends this state);
 //     evaluations of the document wait for it (pending) rather than parse
@@ -76,6 +76,8 @@ type opaSnapshots struct {
 	// loaded is the newest document an instance loaded; wanted, a document
 	// an evaluation needed one more instance for while others held it.
 	loaded, wanted uint64
+	// inParse counts, by document, the parses in flight.
+	inParse map[uint64]int
 	// pending holds, by document, a channel closed once the instance
 	// being remembered is remembered and kept.
 	pending map[uint64]chan struct{}
@@ -86,23 +88,36 @@ type opaSnapshots struct {
 	remembering sync.WaitGroup
 }
 
-// noteLoaded records that an instance parsed the document dataID.
-func (s *opaSnapshots) noteLoaded(dataID uint64) {
+// parsing records that an instance starts to parse the document dataID,
+// there being no snapshot of it, and returns the function to call once the
+// parse has ended, with whether it succeeded.
+//
+// An evaluation parses a document when no idle instance holds it: if
+// another instance loaded it, or is parsing it at the same time, the
+// evaluations of that document need more than one instance, and it is
+// wanted: the next instance of it to be put back is remembered (start), so
+// that further instances start from it rather than parse it. A policy
+// evaluated one request at a time never parses a document twice, and pays
+// for no snapshot.
+func (s *opaSnapshots) parsing(dataID uint64) (parsed func(ok bool)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.loaded = max(s.loaded, dataID)
-}
-
-// want notes that an evaluation of the document dataID needs an instance
-// while the instances that loaded it are busy: the next of them to be put
-// back is remembered (start), so that further instances start from it
-// rather than parse the document. A policy evaluated one request at a
-// time never needs one, and pays for no snapshot.
-func (s *opaSnapshots) want(dataID uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.loaded == dataID {
+	if s.loaded == dataID || s.inParse[dataID] > 0 {
 		s.wanted = dataID
+	}
+	if s.inParse == nil {
+		s.inParse = map[uint64]int{}
+	}
+	s.inParse[dataID]++
+	return func(ok bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.inParse[dataID]--; s.inParse[dataID] == 0 {
+			delete(s.inParse, dataID)
+		}
+		if ok {
+			s.loaded = max(s.loaded, dataID)
+		}
 	}
 }
 

@@ -142,16 +142,18 @@ func (o *OPA) fromSnapshot(ctx context.Context, s *opaSnapshot) (*opaInstance, e
 // failed must be closed.
 func (o *OPA) load(ctx context.Context, in *opaInstance, data OPAData) error {
 	o.loads.Add(1)
+	parsed := o.snaps.parsing(data.id)
 	c := &opaCaller{in: in, ctx: ctx}
 	done := in.guard(ctx)
 	c.call(fnHeapSet, in.base)
 	addr := c.value(fnJSONParse, data.json, "data")
 	heap := c.call(fnHeapGet)
 	if err := c.result(ctx, nil, done()); err != nil {
+		parsed(false)
 		return fmt.Errorf("loading the policy data: %w", err)
 	}
 	in.dataID, in.data, in.heap = data.id, addr, heap
-	o.snaps.noteLoaded(data.id)
+	parsed(true)
 	return nil
 }
 
