@@ -120,6 +120,9 @@ type Policy struct {
 	// release gives back what the policy holds (its runner, or its share
 	// of one); nil when it holds nothing.
 	release func(ctx context.Context)
+	// failureLogs bounds the rate of the log lines of its failed
+	// evaluations (logFailure).
+	failureLogs logLimiter
 }
 
 // Policy returns the loaded policy with that id.
@@ -269,8 +272,8 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admissi
 	release, err := p.calls.acquire(cctx)
 	if err != nil {
 		if errors.Is(err, errQueueFull) || ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			e.logger.WarnContext(ctx, "policy evaluation not run: the policy's earlier requests hold its turns",
-				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, observability.KeyError, err)
+			e.logFailure(ctx, p, slog.LevelWarn, "policy evaluation not run: the policy's earlier requests hold its turns",
+				observability.KeyRequestUID, uid, observability.KeyError, err)
 			e.recorder.RecordTimeout(ctx, e.nameOf(p.ID))
 			return failed(ctx, p, reject(uid, msgTimeout, 500)), nil
 		}
@@ -290,17 +293,17 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admissi
 	}
 	if err != nil {
 		if errors.Is(err, wasm.ErrDeadlineExceeded) {
-			e.logger.ErrorContext(ctx, "policy evaluation exceeded its time limit",
-				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid)
+			e.logFailure(ctx, p, slog.LevelError, "policy evaluation exceeded its time limit",
+				observability.KeyRequestUID, uid)
 			e.recorder.RecordTimeout(ctx, e.nameOf(p.ID))
 			return failed(ctx, p, reject(uid, msgTimeout, 500)), nil
 		}
 		if ce, ok := asContextError(err); ok {
 			return failed(ctx, p, reject(uid, ce.msg, 500)), nil
 		}
-		e.logger.ErrorContext(ctx, "policy evaluation failed",
-			observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, observability.KeyError, err)
-		if stderr := wasm.Stderr(err); strings.Contains(stderr, "\n") {
+		logged := e.logFailure(ctx, p, slog.LevelError, "policy evaluation failed",
+			observability.KeyRequestUID, uid, observability.KeyError, err)
+		if stderr := wasm.Stderr(err); logged && strings.Contains(stderr, "\n") {
 			e.logger.DebugContext(ctx, "guest stderr of the failed evaluation",
 				observability.KeyPolicyID, p.ID, observability.KeyRequestUID, uid, "stderr", stderr)
 		}
@@ -311,6 +314,24 @@ func (e *Engine) evaluate(ctx context.Context, p *Policy, req request) (*admissi
 		return failed(ctx, p, internalError(uid, err.Error())), nil
 	}
 	return resp, vr.MutatedObject
+}
+
+// logFailure logs a line about a failed evaluation of p, unless p's
+// failures are over the rate its own log lines have (logRate, after a
+// burst of logBurst): a policy that fails every request under load would
+// otherwise log thousands of lines a second. The lines over the rate are
+// counted in a warning, at most one a second; the metrics count every
+// failure. It reports whether the line was logged.
+func (e *Engine) logFailure(ctx context.Context, p *Policy, level slog.Level, msg string, attrs ...any) bool {
+	ok, dropped := p.failureLogs.take()
+	if dropped > 0 {
+		e.logger.WarnContext(ctx, "log lines of failed evaluations dropped: over the rate limit",
+			observability.KeyPolicyID, p.ID, "dropped", dropped, "lines_per_second", logRate)
+	}
+	if ok {
+		e.logger.Log(ctx, level, msg, append([]any{observability.KeyPolicyID, p.ID}, attrs...)...)
+	}
+	return ok
 }
 
 // leftBeforeTheGuestRan reports whether err, a runner's, ends a call whose

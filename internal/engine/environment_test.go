@@ -33,6 +33,13 @@ type envFixture struct {
 
 func newEnvFixture(t *testing.T, caps HostCapabilities) *envFixture {
 	t.Helper()
+	return newEnvFixtureWith(t, Options{HostCapabilities: caps})
+}
+
+// newEnvFixtureWith is newEnvFixture with opts, whose runtime, workers and
+// timeouts it sets.
+func newEnvFixtureWith(t *testing.T, opts Options) *envFixture {
+	t.Helper()
 	// With a disk cache, as the policy server has by default, a module
 	// compiles again quickly after being freed.
 	rt, err := wasm.NewRuntime(context.Background(), wasm.Config{CacheDir: t.TempDir()})
@@ -40,8 +47,8 @@ func newEnvFixture(t *testing.T, caps HostCapabilities) *envFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	env, err := NewEnvironment(Options{Runtime: rt, Workers: 2, TimeoutProtection: true,
-		DefaultTimeout: 30 * time.Second, HostCapabilities: caps})
+	opts.Runtime, opts.Workers, opts.TimeoutProtection, opts.DefaultTimeout = rt, 2, true, 30*time.Second
+	env, err := NewEnvironment(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +59,7 @@ func newEnvFixture(t *testing.T, caps HostCapabilities) *envFixture {
 // configs parses a policies.yml document after putting module URIs in it.
 func (f *envFixture) configs(doc string) map[string]*PolicyConfig {
 	f.t.Helper()
-	for _, name := range []string{"labels", "wasi-log", "host-call", "loop"} {
+	for _, name := range []string{"labels", "wasi-log", "host-call", "loop", "trap"} {
 		if strings.Contains(doc, "{"+name+"}") {
 			doc = strings.ReplaceAll(doc, "{"+name+"}", "file://"+policybuild.ForTest(f.t, name))
 		}

@@ -171,7 +171,8 @@ func (h *hostCalls) guestLog(ctx context.Context, payload []byte) {
 // logged cut to that size, unparsed; past logBurst lines at once, a policy
 // logs logRate lines a second, and the lines over that are dropped and
 // counted in a warning, at most one a second. The call never fails, as in
-// Kubewarden.
+// Kubewarden. The log lines of a policy's failed evaluations have a rate of
+// their own with the same bounds (Engine.logFailure).
 const (
 	maxLogBytes = 16 << 10
 	logRate     = 100

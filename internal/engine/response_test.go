@@ -95,51 +95,51 @@ func TestPostProcess(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		policy Policy
+		policy *Policy
 		in     *admission.Response
 		want   *admission.Response
 	}{
 		{
 			name:   "monitor accepts and clears patch and status, keeps warnings",
-			policy: Policy{ID: "p", Mode: ModeMonitor},
+			policy: &Policy{ID: "p", Mode: ModeMonitor},
 			in:     patched(),
 			want:   &admission.Response{UID: "u", Allowed: true, Warnings: []string{"w"}},
 		},
 		{
 			name:   "monitor turns a rejection into an acceptance",
-			policy: Policy{ID: "p", Mode: ModeMonitor, Message: "custom"},
+			policy: &Policy{ID: "p", Mode: ModeMonitor, Message: "custom"},
 			in:     rejected(),
 			want:   &admission.Response{UID: "u", Allowed: true},
 		},
 		{
 			name:   "protect without allowedToMutate rejects a mutation",
-			policy: Policy{ID: "p", Mode: ModeProtect},
+			policy: &Policy{ID: "p", Mode: ModeProtect},
 			in:     patched(),
 			want: &admission.Response{UID: "u", Warnings: []string{"w"}, Status: &admission.Status{
 				Message: "Request rejected by policy p. The policy attempted to mutate the request, but it is currently configured to not allow mutations."}},
 		},
 		{
 			name:   "allowedToMutate keeps the patch",
-			policy: Policy{ID: "p", Mode: ModeProtect, AllowedToMutate: true},
+			policy: &Policy{ID: "p", Mode: ModeProtect, AllowedToMutate: true},
 			in:     patched(),
 			want:   patched(),
 		},
 		{
 			name:   "custom message replaces the rejection and keeps the original as a cause",
-			policy: Policy{ID: "p", Mode: ModeProtect, Message: "custom"},
+			policy: &Policy{ID: "p", Mode: ModeProtect, Message: "custom"},
 			in:     rejected(),
 			want: &admission.Response{UID: "u", Status: &admission.Status{Message: "custom", Code: 403,
 				Details: &admission.StatusDetails{Causes: []admission.Cause{{Message: "original"}}}}},
 		},
 		{
 			name:   "custom message does not touch an acceptance",
-			policy: Policy{ID: "p", Mode: ModeProtect, Message: "custom"},
+			policy: &Policy{ID: "p", Mode: ModeProtect, Message: "custom"},
 			in:     &admission.Response{UID: "u", Allowed: true},
 			want:   &admission.Response{UID: "u", Allowed: true},
 		},
 		{
 			name:   "mutation gate then custom message",
-			policy: Policy{ID: "p", Mode: ModeProtect, Message: "custom"},
+			policy: &Policy{ID: "p", Mode: ModeProtect, Message: "custom"},
 			in:     patched(),
 			want: &admission.Response{UID: "u", Warnings: []string{"w"}, Status: &admission.Status{Message: "custom",
 				Details: &admission.StatusDetails{Causes: []admission.Cause{{Message: "Request rejected by policy p. The policy attempted to mutate the request, but it is currently configured to not allow mutations."}}}}},
@@ -148,7 +148,7 @@ func TestPostProcess(t *testing.T) {
 	e := &Engine{logger: slog.New(slog.DiscardHandler)}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := e.postProcess(context.Background(), &tt.policy, tt.in, nil)
+			got := e.postProcess(context.Background(), tt.policy, tt.in, nil)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
