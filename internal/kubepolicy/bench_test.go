@@ -76,3 +76,16 @@ func BenchmarkVAP(b *testing.B) {
 	}
 	b.ReportMetric(float64(testkit.CPUTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
+
+// BenchmarkLoadVAP loads vapPod3Validations with its binding, as a policy
+// server does for each such policy it starts or reloads, and closes it.
+func BenchmarkLoadVAP(b *testing.B) {
+	settings := settingsOf(b, vapPod3Validations, binding("pod-checks", "pod-checks", "Deny"))
+	for b.Loop() {
+		p, err := Load(settings, Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Close()
+	}
+}

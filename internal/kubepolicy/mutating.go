@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
 )
 
 // loadMAP serves a MutatingAdmissionPolicy with the API server's generic
@@ -69,7 +70,11 @@ func loadMAP(m *manifests, opts Options) (*Policy, error) {
 	plugin.SetEnabled(true)
 	p := newPolicy(KindMAP, m.mapPolicy.Name)
 	p.mutate, p.handles = mutator{plugin}, plugin.Handles
-	if err := p.start(plugin, s, opts); err != nil {
+	sources := func(f informers.SharedInformerFactory) []cache.SharedIndexInformer {
+		return []cache.SharedIndexInformer{f.Admissionregistration().V1().MutatingAdmissionPolicies().Informer(),
+			f.Admissionregistration().V1().MutatingAdmissionPolicyBindings().Informer()}
+	}
+	if err := p.start(plugin, handler, sources, s, opts); err != nil {
 		return nil, err
 	}
 	return p, nil

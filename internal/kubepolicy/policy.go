@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"sync"
+	"time"
+	"unsafe"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	auditinternal "k8s.io/apiserver/pkg/apis/audit"
@@ -23,6 +27,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/cache"
 )
 
 // Options are what a Policy needs from the world beyond its settings.
@@ -46,6 +51,8 @@ type Policy struct {
 	stop   chan struct{}
 	once   sync.Once
 	ifaces admission.ObjectInterfaces
+	// factory runs the plugin's informers; nil before start.
+	factory informers.SharedInformerFactory
 
 	// Exactly one of validate and mutate is set.
 	validate admission.ValidationInterface
@@ -96,7 +103,11 @@ func loadVAP(m *manifests, opts Options) (*Policy, error) {
 	}
 	p := newPolicy(KindVAP, m.vap.Name)
 	p.validate, p.handles = plugin, plugin.Handles
-	if err := p.start(plugin, s, opts); err != nil {
+	sources := func(f informers.SharedInformerFactory) []cache.SharedIndexInformer {
+		return []cache.SharedIndexInformer{f.Admissionregistration().V1().ValidatingAdmissionPolicies().Informer(),
+			f.Admissionregistration().V1().ValidatingAdmissionPolicyBindings().Informer()}
+	}
+	if err := p.start(plugin, plugin.Handler, sources, s, opts); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -130,30 +141,92 @@ type pluginSetters interface {
 
 // start initialises plugin as kube-apiserver's admission initializers do,
 // starts its informers on s and waits until it has read every object.
-func (p *Policy) start(plugin pluginSetters, s *store, opts Options) error {
+// handler is the plugin's; sources returns the informers of its policy
+// source, the policies and their bindings.
+//
+// The plugin's own waits poll every 100 ms: its policy source polls until
+// its informers have synced, and WaitForReady until the source has compiled
+// the policies. For one policy from a store in memory that is 200 ms of
+// sleep for a millisecond of work, on every start and reload of a policy.
+// So the informers are synced before the source starts, and the readiness
+// WaitForReady polls is polled here every millisecond (readyFunc).
+func (p *Policy) start(plugin pluginSetters, handler *admission.Handler, sources func(informers.SharedInformerFactory) []cache.SharedIndexInformer,
+	s *store, opts Options) error {
 	factory := informers.NewSharedInformerFactory(s.client, 0)
+	p.factory = factory
 	plugin.SetExternalKubeInformerFactory(factory)
 	plugin.SetExternalKubeClientSet(s.client)
 	plugin.SetDynamicClient(s.dynamic)
 	plugin.SetRESTMapper(s.mapper)
 	plugin.SetAuthorizer(opts.Authorizer)
 	plugin.SetDrainedNotification(p.stop)
+	// The same informers the plugin takes from the factory.
+	synced := append(sources(factory), factory.Core().V1().Namespaces().Informer())
+	factory.Start(p.stop)
+	if !pollFast(func() bool { return allSynced(synced) }) {
+		p.Close()
+		return errors.New("the admission plugin did not read its policies in time")
+	}
 	if err := plugin.ValidateInitialization(); err != nil {
 		p.Close()
 		return fmt.Errorf("initialising the admission plugin: %w", err)
 	}
-	factory.Start(p.stop)
-	if !plugin.WaitForReady() {
+	factory.Start(p.stop) // any informer the plugin added
+	ready := plugin.WaitForReady
+	if f := readyFunc(handler); f != nil {
+		ready = func() bool { return pollFast(f) }
+	}
+	if !ready() {
 		p.Close()
 		return errors.New("the admission plugin did not read its policies in time")
 	}
 	return nil
 }
 
-// Close stops the plugin's informers. Reviews after Close are not
-// answered reliably.
+// readyTimeout bounds the wait for a plugin to read its policies, as
+// kube-apiserver's WaitForReady does.
+const readyTimeout = 10 * time.Second
+
+// pollFast reports whether cond holds within readyTimeout, checked every
+// millisecond.
+func pollFast(cond func() bool) bool {
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, readyTimeout, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	return err == nil
+}
+
+func allSynced(informers []cache.SharedIndexInformer) bool {
+	for _, inf := range informers {
+		if !inf.HasSynced() {
+			return false
+		}
+	}
+	return true
+}
+
+// readyFunc returns the readiness the plugin's ValidateInitialization set
+// on h, the function h.WaitForReady polls every 100 ms, or nil when
+// admission.Handler does not hold it as k8s.io/apiserver 0.36 does (a
+// readyFunc field of type admission.ReadyFunc); then the caller falls back
+// to WaitForReady. The Handler offers no other way to ask whether the
+// plugin is ready without the wait.
+func readyFunc(h *admission.Handler) admission.ReadyFunc {
+	f := reflect.ValueOf(h).Elem().FieldByName("readyFunc")
+	if !f.IsValid() || f.Type() != reflect.TypeFor[admission.ReadyFunc]() {
+		return nil
+	}
+	return *(*admission.ReadyFunc)(unsafe.Pointer(f.UnsafeAddr()))
+}
+
+// Close stops the plugin's informers and waits for them to end. Reviews
+// after Close are not answered reliably.
 func (p *Policy) Close() {
-	p.once.Do(func() { close(p.stop) })
+	p.once.Do(func() {
+		close(p.stop)
+		if p.factory != nil {
+			p.factory.Shutdown()
+		}
+	})
 }
 
 // Review answers req as the API server's plugin answers the request it
