@@ -170,3 +170,15 @@ func BenchmarkWapcTrap(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkInstrument instruments the labels test policy, a 3.4 MB Go
+// module, as every compilation does, from the cache too.
+func BenchmarkInstrument(b *testing.B) {
+	module := readPolicy(b, "labels")
+	b.SetBytes(int64(len(module)))
+	for b.Loop() {
+		if err := wasm.Instrument(module); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

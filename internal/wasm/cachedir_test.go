@@ -14,7 +14,7 @@ import (
 	"github.com/wardenhq/warden/internal/wasm"
 )
 
-func readPolicy(t *testing.T, policy string) []byte {
+func readPolicy(t testing.TB, policy string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(policybuild.ForTest(t, policy))
 	if err != nil {
