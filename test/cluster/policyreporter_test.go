@@ -3,6 +3,7 @@
 package cluster_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"reflect"
@@ -205,22 +206,23 @@ func orOther(category string) string {
 }
 
 // policyReportsView reads the PolicyReports and ClusterPolicyReports with
-// their Go types, by namespace/name (name for the cluster-wide ones).
+// their Go types, by namespace/name (name for the cluster-wide ones), and
+// turns their results into OpenReports results, as Policy Reporter turns a
+// PolicyReport into an OpenReports Report (the two kinds' results have the
+// same fields, under the same JSON names).
 func policyReportsView(t *testing.T, c client.Client) map[string]reporterReport {
 	t.Helper()
 	out := map[string]reporterReport{}
 	add := func(meta metav1.ObjectMeta, scope *corev1.ObjectReference, summary wgpolicyv1alpha2.PolicyReportSummary, results []*wgpolicyv1alpha2.PolicyReportResult) {
-		r := reporterReport{labels: meta.Labels, scope: scope, summary: map[string]int{
-			"pass": summary.Pass, "fail": summary.Fail, "warn": summary.Warn, "error": summary.Error, "skip": summary.Skip,
-		}}
-		for _, res := range results {
-			r.results = append(r.results, reporterResult{
-				source: res.Source, policy: res.Policy, rule: res.Rule, result: string(res.Result), severity: string(res.Severity),
-				category: orOther(res.Category), message: res.Description, resources: len(res.Subjects),
-				timestamp: res.Timestamp.Seconds, properties: res.Properties,
-			})
+		var converted []openreportsv1alpha1.ReportResult
+		raw, err := json.Marshal(results)
+		if err == nil {
+			err = json.Unmarshal(raw, &converted)
 		}
-		out[keyOf(meta)] = r
+		if err != nil {
+			t.Fatalf("report %s: %v", keyOf(meta), err)
+		}
+		out[keyOf(meta)] = newReporterReport(meta, "", scope, openreportsv1alpha1.ReportSummary(summary), converted)
 	}
 	var namespaced wgpolicyv1alpha2.PolicyReportList
 	if err := c.List(t.Context(), &namespaced); err != nil {
@@ -244,34 +246,37 @@ func policyReportsView(t *testing.T, c client.Client) map[string]reporterReport 
 func openReportsView(t *testing.T, c client.Client) map[string]reporterReport {
 	t.Helper()
 	out := map[string]reporterReport{}
-	add := func(meta metav1.ObjectMeta, source string, scope *corev1.ObjectReference, summary openreportsv1alpha1.ReportSummary, results []openreportsv1alpha1.ReportResult) {
-		r := reporterReport{source: source, labels: meta.Labels, scope: scope, summary: map[string]int{
-			"pass": summary.Pass, "fail": summary.Fail, "warn": summary.Warn, "error": summary.Error, "skip": summary.Skip,
-		}}
-		for _, res := range results {
-			r.results = append(r.results, reporterResult{
-				source: res.Source, policy: res.Policy, rule: res.Rule, result: string(res.Result), severity: string(res.Severity),
-				category: orOther(res.Category), message: res.Description, resources: len(res.Subjects),
-				timestamp: res.Timestamp.Seconds, properties: res.Properties,
-			})
-		}
-		out[keyOf(meta)] = r
-	}
 	var namespaced openreportsv1alpha1.ReportList
 	if err := c.List(t.Context(), &namespaced); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range namespaced.Items {
-		add(r.ObjectMeta, r.Source, r.Scope, r.Summary, r.Results)
+		out[keyOf(r.ObjectMeta)] = newReporterReport(r.ObjectMeta, r.Source, r.Scope, r.Summary, r.Results)
 	}
 	var cluster openreportsv1alpha1.ClusterReportList
 	if err := c.List(t.Context(), &cluster); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range cluster.Items {
-		add(r.ObjectMeta, r.Source, r.Scope, r.Summary, r.Results)
+		out[keyOf(r.ObjectMeta)] = newReporterReport(r.ObjectMeta, r.Source, r.Scope, r.Summary, r.Results)
 	}
 	return out
+}
+
+// newReporterReport is what Policy Reporter reads of a report.
+func newReporterReport(meta metav1.ObjectMeta, source string, scope *corev1.ObjectReference, summary openreportsv1alpha1.ReportSummary,
+	results []openreportsv1alpha1.ReportResult) reporterReport {
+	r := reporterReport{source: source, labels: meta.Labels, scope: scope, summary: map[string]int{
+		"pass": summary.Pass, "fail": summary.Fail, "warn": summary.Warn, "error": summary.Error, "skip": summary.Skip,
+	}}
+	for _, res := range results {
+		r.results = append(r.results, reporterResult{
+			source: res.Source, policy: res.Policy, rule: res.Rule, result: string(res.Result), severity: string(res.Severity),
+			category: orOther(res.Category), message: res.Description, resources: len(res.Subjects),
+			timestamp: res.Timestamp.Seconds, properties: res.Properties,
+		})
+	}
+	return r
 }
 
 func keyOf(meta metav1.ObjectMeta) string {
