@@ -1212,6 +1212,38 @@ func TestAuditScale(t *testing.T) {
 			t.Logf("%s: evaluation errors: %s", run, e)
 		}
 	}
+	logReportSizes(t, c)
+}
+
+// logReportSizes logs the mean size of the OpenReports Reports as the API
+// server stores them (JSON, managedFields left out), and how much of it is
+// the annotation by which a run finds a report unchanged (AnnotationInputs),
+// the one thing Warden's reports hold that Kubewarden's do not.
+func logReportSizes(t *testing.T, c client.Client) {
+	t.Helper()
+	var list openreportsv1alpha1.ReportList
+	if err := c.List(t.Context(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var total, annotation, results int
+	for i := range list.Items {
+		r := &list.Items[i]
+		r.ManagedFields = nil
+		raw, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += len(raw)
+		if v, ok := r.Annotations[auditscanner.AnnotationInputs]; ok {
+			entry, _ := json.Marshal(map[string]string{auditscanner.AnnotationInputs: v})
+			annotation += len(entry) - 2 // without the braces
+		}
+		results += len(r.Results)
+	}
+	if n := len(list.Items); n > 0 {
+		t.Logf("reports: %d, mean %d bytes with %.1f results each, of which %d bytes (%.1f%%) the %s annotation",
+			n, total/n, float64(results)/float64(n), annotation/n, 100*float64(annotation)/float64(total), auditscanner.AnnotationInputs)
+	}
 }
 
 // evaluationErrors returns the most frequent errors of the "policy
