@@ -49,6 +49,13 @@ func podLabels(ps *policiesv1.PolicyServer, configVersion string) map[string]str
 // and the surge ends when the rollout has. A StatefulSet whose status no
 // controller has written yet (just created, or a test cluster without one)
 // has nothing to replace and gets want.
+//
+// "Ready" is available here: ready for rolloutMinReadySeconds. A pod is put
+// behind the Service a moment after the kubelet reports it ready (the
+// EndpointSlice controller, then the API server's informer of the slices);
+// a rollout that deleted the old pod as soon as the new one was ready left
+// the Service without an endpoint in that moment, and the end-to-end test's
+// helm upgrade saw admissions refused ("no endpoints available").
 func rolloutReplicas(live *appsv1.StatefulSet, templateChanged bool, want int32) int32 {
 	st := live.Status
 	if want != 1 || st.ObservedGeneration == 0 {
@@ -59,12 +66,16 @@ func rolloutReplicas(live *appsv1.StatefulSet, templateChanged bool, want int32)
 	}
 	surging := ptr.Deref(live.Spec.Replicas, 1) == 2
 	rolling := st.ObservedGeneration < live.Generation || st.UpdateRevision != st.CurrentRevision ||
-		st.UpdatedReplicas < 2 || st.ReadyReplicas < 2
+		st.UpdatedReplicas < 2 || st.AvailableReplicas < 2
 	if surging && rolling {
 		return 2
 	}
 	return 1
 }
+
+// rolloutMinReadySeconds is how long a policy server's pod is ready before
+// it counts as available: time for the Service's endpoints to list it.
+const rolloutMinReadySeconds = 5
 
 // templateHash identifies a pod template the controller asks for.
 func templateHash(tmpl *corev1.PodTemplateSpec) (string, error) {
@@ -91,6 +102,9 @@ func (r *PolicyServerReconciler) desiredStatefulSet(sts *appsv1.StatefulSet, ps 
 	sts.Spec.Replicas = ptr.To(ps.Spec.Replicas)
 	sts.Spec.ServiceName = ps.NameWithPrefix()
 	sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	// A rolling update replaces the next pod only once the last one has
+	// been available this long (rolloutReplicas).
+	sts.Spec.MinReadySeconds = rolloutMinReadySeconds
 	sts.Spec.UpdateStrategy = appsv1.StatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType}
 	sts.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": ps.AppLabel()}}
 

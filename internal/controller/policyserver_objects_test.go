@@ -231,8 +231,8 @@ func TestRolloutReplicas(t *testing.T) {
 		return s
 	}
 	done := func(replicas int32) appsv1.StatefulSetStatus {
-		return appsv1.StatefulSetStatus{ObservedGeneration: 3, Replicas: replicas, ReadyReplicas: replicas, UpdatedReplicas: replicas,
-			CurrentRevision: "b", UpdateRevision: "b"}
+		return appsv1.StatefulSetStatus{ObservedGeneration: 3, Replicas: replicas, ReadyReplicas: replicas, AvailableReplicas: replicas,
+			UpdatedReplicas: replicas, CurrentRevision: "b", UpdateRevision: "b"}
 	}
 	for _, tc := range []struct {
 		name     string
@@ -247,6 +247,10 @@ func TestRolloutReplicas(t *testing.T) {
 		{"surging, ordinal 0 not replaced yet", sts(2, 4, appsv1.StatefulSetStatus{ObservedGeneration: 4, Replicas: 2, ReadyReplicas: 2, UpdatedReplicas: 1,
 			CurrentRevision: "a", UpdateRevision: "b"}), false, 1, 2},
 		{"surging, status not observed yet", sts(2, 4, done(2)), false, 1, 2},
+		// Behind the Service only a moment after it is ready: the surge
+		// ends once the replaced pod has been ready rolloutMinReadySeconds.
+		{"surging, ordinal 0 replaced and ready, not available yet", sts(2, 3, appsv1.StatefulSetStatus{ObservedGeneration: 3, Replicas: 2,
+			ReadyReplicas: 2, AvailableReplicas: 1, UpdatedReplicas: 2, CurrentRevision: "b", UpdateRevision: "b"}), false, 1, 2},
 		{"surge over", sts(2, 3, done(2)), false, 1, 1},
 		{"one replica, nothing changes", sts(1, 3, done(1)), false, 1, 1},
 		{"scaled from two to one", sts(2, 3, done(2)), false, 1, 1},
