@@ -82,7 +82,9 @@ func TestControllerEndToEnd(t *testing.T) {
 		t.Fatalf("switching to monitor: %v, want the protect-to-monitor refusal", err)
 	}
 
-	// Deleting the policy removes its webhook, and the Pod is admitted.
+	// Deleting the policy removes its webhook, and the Pod is admitted:
+	// once the API server's own informer of webhook configurations has
+	// seen the deletion too, a moment after the object is gone.
 	if err := c.Delete(ctx, cap); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,9 @@ func TestControllerEndToEnd(t *testing.T) {
 		err := c.Get(ctx, client.ObjectKey{Name: "clusterwide-no-privileged"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
 		return apierrors.IsNotFound(err)
 	})
-	mustCreate(t, c, pod("default", "privileged-after-delete", true))
+	eventually(t, "the API server admits the privileged Pod", func() bool {
+		return c.Create(ctx, pod("default", "privileged-after-delete", true)) == nil
+	})
 
 	// A monitor policy admits what it would reject.
 	monitor := &policiesv1.ClusterAdmissionPolicy{
