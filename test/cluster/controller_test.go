@@ -67,6 +67,11 @@ func TestControllerEndToEnd(t *testing.T) {
 	mustCreate(t, c, cap)
 	waitActive(t, c, cap)
 	assertValidatingWebhook(t, c, "clusterwide-no-privileged", opts.PolicyServerURL+"/validate/clusterwide-no-privileged/1")
+	// The API server calls the webhook once its informer of webhook
+	// configurations has the new one, a moment after it is written.
+	eventually(t, "the API server calls the policy's webhook", func() bool {
+		return c.Create(ctx, pod("default", "privileged", true), client.DryRunAll) != nil
+	})
 
 	err := c.Create(ctx, pod("default", "privileged", true))
 	if err == nil || !strings.Contains(err.Error(), "Privileged container is not allowed") {
