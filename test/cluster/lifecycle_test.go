@@ -266,7 +266,11 @@ func TestPolicyLifecycle(t *testing.T) {
 		err := c.Get(ctx, client.ObjectKey{Name: "clusterwide-lifecycle"}, &admissionregistrationv1.ValidatingWebhookConfiguration{})
 		return enabled+disabled == 0 && apierrors.IsNotFound(err)
 	})
-	mustCreate(t, c, blockedPod("after-delete"))
+	// Admitted once the API server's informer of webhook configurations
+	// has seen the deletion too, a moment after the object is gone.
+	eventually(t, "the API server admits the blocked pod", func() bool {
+		return c.Create(ctx, blockedPod("after-delete")) == nil
+	})
 }
 
 func blockedPod(name string) *corev1.Pod {
