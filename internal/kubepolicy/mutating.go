@@ -55,11 +55,14 @@ func loadMAP(m *manifests, opts Options) (*Policy, error) {
 	// The operations mutating.NewPlugin handles: there is nothing to
 	// mutate in a DELETE.
 	handler := admission.NewHandler(admission.Create, admission.Update, admission.Connect)
+	sources := func(f informers.SharedInformerFactory) (policies, bindings cache.SharedIndexInformer) {
+		return f.Admissionregistration().V1().MutatingAdmissionPolicies().Informer(),
+			f.Admissionregistration().V1().MutatingAdmissionPolicyBindings().Informer()
+	}
 	plugin := generic.NewPlugin(handler,
 		func(f informers.SharedInformerFactory, _ kubernetes.Interface, dc dynamic.Interface, mapper meta.RESTMapper) generic.Source[mutating.PolicyHook] {
-			return generic.NewPolicySource(
-				f.Admissionregistration().V1().MutatingAdmissionPolicies().Informer(),
-				f.Admissionregistration().V1().MutatingAdmissionPolicyBindings().Informer(),
+			policies, bindings := sources(f)
+			return generic.NewPolicySource(policies, bindings,
 				mutating.NewMutatingAdmissionPolicyAccessor,
 				mutating.NewMutatingAdmissionPolicyBindingAccessor,
 				compileMAP, f, dc, mapper)
@@ -70,10 +73,6 @@ func loadMAP(m *manifests, opts Options) (*Policy, error) {
 	plugin.SetEnabled(true)
 	p := newPolicy(KindMAP, m.mapPolicy.Name)
 	p.mutate, p.handles = mutator{plugin}, plugin.Handles
-	sources := func(f informers.SharedInformerFactory) []cache.SharedIndexInformer {
-		return []cache.SharedIndexInformer{f.Admissionregistration().V1().MutatingAdmissionPolicies().Informer(),
-			f.Admissionregistration().V1().MutatingAdmissionPolicyBindings().Informer()}
-	}
 	if err := p.start(plugin, handler, sources, s, opts); err != nil {
 		return nil, err
 	}

@@ -103,9 +103,10 @@ func loadVAP(m *manifests, opts Options) (*Policy, error) {
 	}
 	p := newPolicy(KindVAP, m.vap.Name)
 	p.validate, p.handles = plugin, plugin.Handles
-	sources := func(f informers.SharedInformerFactory) []cache.SharedIndexInformer {
-		return []cache.SharedIndexInformer{f.Admissionregistration().V1().ValidatingAdmissionPolicies().Informer(),
-			f.Admissionregistration().V1().ValidatingAdmissionPolicyBindings().Informer()}
+	// The informers validating.NewPlugin's policy source takes.
+	sources := func(f informers.SharedInformerFactory) (policies, bindings cache.SharedIndexInformer) {
+		return f.Admissionregistration().V1().ValidatingAdmissionPolicies().Informer(),
+			f.Admissionregistration().V1().ValidatingAdmissionPolicyBindings().Informer()
 	}
 	if err := p.start(plugin, plugin.Handler, sources, s, opts); err != nil {
 		return nil, err
@@ -150,8 +151,8 @@ type pluginSetters interface {
 // sleep for a millisecond of work, on every start and reload of a policy.
 // So the informers are synced before the source starts, and the readiness
 // WaitForReady polls is polled here every millisecond (readyFunc).
-func (p *Policy) start(plugin pluginSetters, handler *admission.Handler, sources func(informers.SharedInformerFactory) []cache.SharedIndexInformer,
-	s *store, opts Options) error {
+func (p *Policy) start(plugin pluginSetters, handler *admission.Handler,
+	sources func(informers.SharedInformerFactory) (policies, bindings cache.SharedIndexInformer), s *store, opts Options) error {
 	factory := informers.NewSharedInformerFactory(s.client, 0)
 	p.factory = factory
 	plugin.SetExternalKubeInformerFactory(factory)
@@ -161,11 +162,12 @@ func (p *Policy) start(plugin pluginSetters, handler *admission.Handler, sources
 	plugin.SetAuthorizer(opts.Authorizer)
 	plugin.SetDrainedNotification(p.stop)
 	// The same informers the plugin takes from the factory.
-	synced := append(sources(factory), factory.Core().V1().Namespaces().Informer())
+	policies, bindings := sources(factory)
+	synced := []cache.SharedIndexInformer{policies, bindings, factory.Core().V1().Namespaces().Informer()}
 	factory.Start(p.stop)
 	if !pollFast(func() bool { return allSynced(synced) }) {
 		p.Close()
-		return errors.New("the admission plugin did not read its policies in time")
+		return errNotReady
 	}
 	if err := plugin.ValidateInitialization(); err != nil {
 		p.Close()
@@ -178,10 +180,12 @@ func (p *Policy) start(plugin pluginSetters, handler *admission.Handler, sources
 	}
 	if !ready() {
 		p.Close()
-		return errors.New("the admission plugin did not read its policies in time")
+		return errNotReady
 	}
 	return nil
 }
+
+var errNotReady = errors.New("the admission plugin did not read its policies in time")
 
 // readyTimeout bounds the wait for a plugin to read its policies, as
 // kube-apiserver's WaitForReady does.
