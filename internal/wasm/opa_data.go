@@ -74,7 +74,7 @@ type opaSnapshots struct {
 	snap   *opaSnapshot // of the newest document remembered; nil before
 	closed bool
 	// loaded is the newest document an instance loaded; wanted, a document
-	// an evaluation needed one more instance for while others held it.
+	// parsed a second time, or while another instance parsed it (parsing).
 	loaded, wanted uint64
 	// inParse counts, by document, the parses in flight.
 	inParse map[uint64]int
